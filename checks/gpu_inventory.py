@@ -1,0 +1,29 @@
+"""GPU inventory: the GPUs a node shows, against the count and model its platform has."""
+
+from preflight.plugin import fail, host_check, ok, skip
+
+
+@host_check("gpu-inventory", probes=["nvidia-smi-q-x", "nvidia-smi-q"],
+            summary="GPU count and model against the platform profile; driver and CUDA versions")
+def gpu_inventory(host):
+    smi = host.smi
+    gpus = smi.gpus
+    expected = host.profile.gpu_count
+    models = sorted({g.name for g in gpus if g.name})
+    versions = f"driver {smi.driver_version or '?'}, CUDA {smi.cuda_version or '?'}"
+    data = {"gpu_count": len(gpus), "gpu_models": models, "driver_version": smi.driver_version,
+            "cuda_version": smi.cuda_version, "profile": host.profile.id}
+    # `attached_gpus` is the driver's own count; a GPU that stopped answering can be counted
+    # there yet missing from the per-GPU list, which is still a missing GPU.
+    seen = len(gpus)
+    if not gpus:
+        return fail(f"no GPU listed by nvidia-smi ({versions})", symptoms=["gpu-missing"],
+                    evidence=[host.excerpt(host.smi_probe, r"[Aa]ttached|attached_gpus")], data=data)
+    if expected is None:
+        return skip(f"{seen} x {', '.join(models)} ({versions}); no GPU count to compare with: "
+                    f"{host.profile.why}", data=data)
+    if seen < expected:
+        return fail(f"{seen} of {expected} GPUs visible ({versions})", symptoms=["gpu-missing"],
+                    evidence=[host.excerpt(host.smi_probe, r"[Aa]ttached GPUs|<attached_gpus>|Product Name|product_name")],
+                    data=data)
+    return ok(f"{seen} x {', '.join(models)} ({versions})", data=data)

@@ -1,0 +1,165 @@
+"""Typed records that cross module boundaries: hosts, probe results, findings, diagnoses.
+
+Everything downstream of the executor is built from these, so they stay plain data: no I/O,
+no behaviour beyond small derived properties, and a ``to_dict`` where the record is serialised
+into a contract format (report.json).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    """Verdict of one check on one host.
+
+    FAIL means the node is bad; ERROR means we could not tell (the evidence is missing or
+    unreadable); SKIP means the check does not apply. They are kept distinct everywhere
+    because an SRE acts differently on each.
+    """
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"
+
+    @property
+    def severity(self) -> int:
+        # Order used to fold many findings into one host verdict.
+        return _SEVERITY[self]
+
+
+_SEVERITY = {Status.SKIP: 0, Status.PASS: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+
+
+def worst(statuses) -> Status:
+    """The most severe status, PASS for an empty collection."""
+    return max(statuses, key=lambda s: s.severity, default=Status.PASS)
+
+
+@dataclass(frozen=True)
+class Host:
+    """One inventory entry: ``[user@]name[:port]``."""
+
+    name: str
+    user: str | None = None
+    port: int | None = None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What running one probe on one host produced, as saved in the bundle.
+
+    ``stdout`` holds the bytes exactly as the node printed them (the bundle contract is byte
+    for byte), or None when there is no output to save: the probe did not run or the
+    connection failed. ``error`` explains a failure around the command (connection refused,
+    authentication, host key), as opposed to the command's own exit code.
+    """
+
+    probe: str
+    host: str
+    command: tuple[str, ...]
+    stdout: bytes | None
+    stderr: str = ""
+    exit_code: int | None = None
+    started: str | None = None
+    duration_s: float | None = None
+    timed_out: bool = False
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        # Real captures contain stray bytes (ANSI escapes survive, invalid UTF-8 does not).
+        return "" if self.stdout is None else self.stdout.decode("utf-8", errors="replace")
+
+    @property
+    def ran(self) -> bool:
+        return self.error is None
+
+    @property
+    def tool_missing(self) -> bool:
+        # 127 is the shell's "command not found"; 126 "found but not executable".
+        return self.exit_code in (126, 127) and not self.timed_out
+
+    @property
+    def ok(self) -> bool:
+        return self.stdout is not None and self.exit_code == 0 and not self.timed_out
+
+    def meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "command": list(self.command),
+            "exit_code": self.exit_code,
+            "stderr": self.stderr,
+            "started": self.started,
+            "duration_s": self.duration_s,
+            "timed_out": self.timed_out,
+        }
+        if self.error:
+            meta["error"] = self.error
+        return meta
+
+
+@dataclass(frozen=True)
+class Evidence:
+    probe: str
+    excerpt: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"probe": self.probe, "excerpt": self.excerpt}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's verdict on one host (or on the fleet when ``host`` is None)."""
+
+    check: str
+    host: str | None
+    status: Status
+    summary: str
+    symptoms: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    # Machine-readable figures a later stage (diff, prometheus, pytest helpers) may read.
+    data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "host": self.host,
+            "check": self.check,
+            "status": self.status.value,
+            "summary": self.summary,
+            "symptoms": list(self.symptoms),
+            "evidence": [e.to_dict() for e in self.evidence],
+        }
+        if self.data:
+            d["data"] = self.data
+        return d
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A likely cause, the hosts it explains, and what to do about it."""
+
+    cause: str
+    hosts: tuple[str, ...]
+    confidence: str  # "high" | "medium" | "low"
+    symptoms: tuple[str, ...]
+    action: str
+    title: str = ""
+    evidence: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "title": self.title,
+            "hosts": list(self.hosts),
+            "confidence": self.confidence,
+            "symptoms": list(self.symptoms),
+            "action": self.action,
+            "evidence": self.evidence,
+        }

@@ -1,0 +1,1 @@
+"""Report writers: one module per format, each a pure function of an ``Analysis``."""

@@ -1,0 +1,48 @@
+"""The terminal summary (rich): a verdict per host, then each diagnosis with its action.
+
+Passing hosts are counted, not listed, once there are many: at 128 hosts the screen is for
+the ones that need attention.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..analyze import Analysis
+from ..model import Status
+
+_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "skip": "dim"}
+_LIST_PASSING_UP_TO = 16
+
+
+def show(analysis: Analysis, console: Console, report_dir: str | None = None) -> None:
+    table = Table(title="preflight", show_lines=False)
+    table.add_column("host")
+    table.add_column("verdict")
+    table.add_column("profile")
+    table.add_column("findings")
+    passing = [h for h, v in analysis.hosts.items() if v.status == "pass"]
+    for host, v in analysis.hosts.items():
+        if v.status == "pass" and len(passing) > _LIST_PASSING_UP_TO:
+            continue
+        bad = [f for f in analysis.findings if f.host == host
+               and f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
+        text = "; ".join(f"[{_STYLE[f.status.value]}]{f.check}[/]: {f.summary}" for f in bad[:4])
+        if len(bad) > 4:
+            text += f"; and {len(bad) - 4} more"
+        table.add_row(host, f"[{_STYLE[v.status]}]{v.status.upper()}[/]", v.profile, text or "all checks passed")
+    if len(passing) > _LIST_PASSING_UP_TO:
+        table.add_row(f"{len(passing)} hosts", "[green]PASS[/]", "", "all checks passed")
+    console.print(table)
+    for f in analysis.findings:
+        if f.host is None and f.status in (Status.FAIL, Status.ERROR, Status.WARN):
+            console.print(f"[{_STYLE[f.status.value]}]fleet {f.check}[/]: {f.summary}")
+    for d in analysis.diagnoses:
+        console.print(
+            f"\n[bold]{d.cause}[/] ({d.confidence}) on {', '.join(d.hosts) or 'the fleet'}: {d.title}\n"
+            f"  evidence: {d.evidence}\n  [bold]action:[/] {d.action}"
+        )
+    counts = {s: sum(v.status == s for v in analysis.hosts.values()) for s in ("pass", "warn", "fail", "error")}
+    console.print("\n" + ", ".join(f"[{_STYLE[s]}]{n} {s}[/]" for s, n in counts.items() if n)
+                  + (f" — report in {report_dir}" if report_dir else ""))

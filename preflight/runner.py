@@ -1,0 +1,105 @@
+"""One ``preflight run``: probes out to the hosts, evidence into a bundle, then the judgement.
+
+The bundle is written as results arrive and the analysis reads only the bundle, so what a
+run decides is exactly what ``preflight analyze`` on its bundle decides, and a run that dies
+half-way still leaves evidence to analyse.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import __version__
+from .analyze import Analysis, analyze
+from .bundle import BundleWriter, read_bundle
+from .diagnosis import KnowledgeBase
+from .executor import ExecPlan, run_fleet, run_local
+from .model import Host, ProbeResult
+from .plugin import Check, CheckLoadError
+from .probes import PROBES, Probe
+from .profiles import Profile
+from .report import json_report, junit, markdown
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def local_host_name() -> str:
+    # The bundle stores it as a directory name; keep what a host name may hold.
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", socket.gethostname()) or "localhost"
+
+
+def probes_for(checks: list[Check]) -> tuple[Probe, ...]:
+    """Every probe the selected checks read, once, in catalogue order."""
+    wanted = {p for c in checks for p in c.probes}
+    unknown = sorted(wanted - PROBES.keys())
+    if unknown:
+        raise CheckLoadError(f"checks need unknown probe(s): {', '.join(unknown)}")
+    return tuple(p for pid, p in PROBES.items() if pid in wanted)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    hosts: list[Host]  # empty: this machine, without SSH
+    checks: list[Check]
+    profiles: dict[str, Profile]
+    kb: KnowledgeBase
+    plan: ExecPlan
+    out_dir: Path
+    run_id: str
+    forced_profile: str | None = None
+
+
+def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = None) -> tuple[Path, Analysis]:
+    """Run, save, analyse, write the reports; return the run directory and the analysis."""
+    run_dir = req.out_dir / req.run_id
+    bundle_dir = run_dir / "bundle"
+    local = not req.hosts
+    names = [local_host_name()] if local else [h.name for h in req.hosts]
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    writer = BundleWriter(bundle_dir, names, created,
+                          {"run_id": req.run_id, "preflight_version": __version__,
+                           "probes": [p.id for p in req.plan.probes], "local": local})
+
+    done_per_host: dict[str, int] = {}
+    lock = threading.Lock()
+    total = len(req.plan.probes)
+
+    def on_result(result: ProbeResult) -> None:
+        writer.add(result)
+        with lock:
+            done_per_host[result.host] = done_per_host.get(result.host, 0) + 1
+            finished = sum(1 for n in done_per_host.values() if n >= total)
+        if progress:
+            progress(result.host, finished, len(names))
+
+    if local:
+        run_local(req.plan, on_result, names[0])
+    else:
+        run_fleet(req.hosts, req.plan, on_result)
+
+    analysis = analyze(read_bundle(bundle_dir), req.checks, req.profiles, req.kb, req.forced_profile)
+    analysis.meta.update({"run_id": req.run_id, "created": created, "preflight_version": __version__,
+                          "bundle": "bundle"})
+    write_reports(run_dir, analysis)
+    return run_dir, analysis
+
+
+def write_reports(run_dir: Path, analysis: Analysis) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name, render in (("report.json", json_report.render), ("report.md", markdown.render),
+                         ("junit.xml", junit.render)):
+        path = run_dir / name
+        tmp = path.with_name(f".{name}.tmp{os.getpid()}")
+        tmp.write_text(render(analysis))
+        os.replace(tmp, path)

@@ -1,0 +1,148 @@
+"""The command line end to end on saved bundles and on this machine (no SSH needed)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from derived import h200_node_xml
+from preflight.bundle import FORMAT
+from preflight.cli import main
+
+
+def write_bundle(root: Path, hosts: dict[str, dict[str, object]]) -> Path:
+    """hosts: name -> {probe id: text (a clean run) | dict (the probe's .json only)}."""
+    (root / "hosts").mkdir(parents=True)
+    (root / "bundle.json").write_text(json.dumps({"format": FORMAT, "created": "2026-11-29T10:00:00+00:00",
+                                                  "hosts": list(hosts)}))
+    for host, probes in hosts.items():
+        d = root / "hosts" / host
+        d.mkdir()
+        for probe, content in probes.items():
+            if isinstance(content, dict):
+                (d / f"{probe}.json").write_text(json.dumps(content))
+            else:
+                (d / f"{probe}.txt").write_text(content)
+    return root
+
+
+def fleet(tmp_path):
+    return write_bundle(tmp_path / "bundle", {
+        "gpu01": {"nvidia-smi-q-x": h200_node_xml(8)},
+        "gpu02": {"nvidia-smi-q-x": h200_node_xml(8)},
+        "gpu03": {"nvidia-smi-q-x": h200_node_xml(8)},
+        "gpu04": {"nvidia-smi-q-x": h200_node_xml(7)},
+        "gpu05": {"nvidia-smi-q-x": h200_node_xml(8, driver="570.195.03")},
+        "gpu06": {"nvidia-smi-q-x": {"command": ["nvidia-smi", "-q", "-x"], "exit_code": 127,
+                                     "stderr": "sh: 1: nvidia-smi: not found"}},
+        "gpu07": {"nvidia-smi-q-x": {"command": ["nvidia-smi", "-q", "-x"], "exit_code": None,
+                                     "error": "connection refused: [Errno 111] Unable to connect to port 22"}},
+    })
+
+
+def read_report(out: Path) -> dict:
+    [report] = out.glob("*/report.json")
+    return json.loads(report.read_text())
+
+
+def test_analyze_names_each_fault_on_its_host(tmp_path, capsys):
+    code = main(["analyze", str(fleet(tmp_path)), "--out", str(tmp_path / "out")])
+    assert code == 1
+    report = read_report(tmp_path / "out")
+    assert report["format"] == "preflight-report/1"
+    status = {h: v["status"] for h, v in report["hosts"].items()}
+    assert status == {"gpu01": "pass", "gpu02": "pass", "gpu03": "pass", "gpu04": "fail",
+                      "gpu05": "fail", "gpu06": "error", "gpu07": "error"}
+    assert report["hosts"]["gpu07"]["reachable"] is False
+    assert report["hosts"]["gpu01"]["profile"] == "hgx-h200"
+    causes = {d["cause"]: d["hosts"] for d in report["diagnoses"]}
+    assert causes == {"gpu-missing": ["gpu04"], "driver-version-drift": ["gpu05"],
+                      "tool-missing": ["gpu06"], "host-unreachable": ["gpu07"]}
+    drift = next(d for d in report["diagnoses"] if d["cause"] == "driver-version-drift")
+    assert "570.195.03" in drift["action"] and "580.159.04" in drift["action"]
+    missing = next(f for f in report["findings"] if f["host"] == "gpu04" and f["check"] == "gpu-inventory")
+    assert missing["summary"].startswith("7 of 8 GPUs") and missing["evidence"]
+    out = capsys.readouterr().out
+    assert "gpu-missing" in out and "gpu04" in out
+
+
+def test_report_files_are_written_and_consistent(tmp_path):
+    main(["analyze", str(fleet(tmp_path)), "--out", str(tmp_path / "out"), "-q"])
+    [run] = (tmp_path / "out").iterdir()
+    md = (run / "report.md").read_text()
+    assert "7 of 8 GPUs visible" in md and "## Diagnoses" in md
+    junit = (run / "junit.xml").read_text()
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(junit)
+    case = root.find("./testsuite[@name='gpu04']/testcase[@name='gpu-inventory']")
+    assert case.find("failure").get("message").startswith("7 of 8 GPUs visible")
+    assert "cause: gpu-missing" in case.find("failure").get("message")
+    assert root.find("./testsuite[@name='gpu07']/testcase[@name='gpu-inventory']/error") is not None
+
+
+def test_analyze_accepts_a_run_directory(tmp_path):
+    b = fleet(tmp_path / "run")
+    assert b.name == "bundle"
+    assert main(["analyze", str(b.parent), "--out", str(tmp_path / "out"), "-q"]) == 1
+
+
+def test_healthy_fleet_exits_zero(tmp_path):
+    b = write_bundle(tmp_path / "b", {f"n{i}": {"nvidia-smi-q-x": h200_node_xml(8)} for i in range(3)})
+    assert main(["analyze", str(b), "--out", str(tmp_path / "out"), "-q"]) == 0
+
+
+def test_user_check_plugin_from_checks_dir(tmp_path):
+    plugins = tmp_path / "mychecks"
+    plugins.mkdir()
+    (plugins / "driver_pin.py").write_text(
+        "from preflight.plugin import host_check, ok, fail\n"
+        "@host_check('driver-pin', probes=['nvidia-smi-q-x'], summary='site pins driver 580')\n"
+        "def driver_pin(host):\n"
+        "    v = host.smi.driver_version\n"
+        "    return ok(v) if v.startswith('580.') else fail(f'driver {v} is not 580', symptoms=['driver-version-drift'])\n"
+    )
+    b = write_bundle(tmp_path / "b", {"a": {"nvidia-smi-q-x": h200_node_xml(8)},
+                                      "b": {"nvidia-smi-q-x": h200_node_xml(8, driver="570.1")}})
+    code = main(["analyze", str(b), "--checks-dir", str(plugins), "--checks", "driver-pin",
+                 "--out", str(tmp_path / "out"), "-q"])
+    assert code == 1
+    report = read_report(tmp_path / "out")
+    assert [(f["host"], f["status"]) for f in report["findings"] if f["check"] == "driver-pin"] == \
+        [("a", "pass"), ("b", "fail")]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "--hosts", "{hosts}"], "hosts.txt:2: bad host name"),
+    (["run", "-H", "ok,bad;name"], "-H:2: bad host name"),
+    (["analyze", "{empty}"], "not a bundle"),
+    (["analyze", "{bundle}", "--profile", "nope"], "unknown profile 'nope'"),
+    (["analyze", "{bundle}", "--checks", "nope"], "unknown check(s): nope"),
+    (["run", "--local", "--identity", "/nonexistent/key"], "--identity: /nonexistent/key: no such file"),
+])
+def test_bad_input_exits_2_with_a_clear_message_and_writes_nothing(tmp_path, capsys, argv, message):
+    (tmp_path / "hosts.txt").write_text("gpu01\n$(reboot)\n")
+    (tmp_path / "empty").mkdir()
+    b = write_bundle(tmp_path / "b", {"a": {"nvidia-smi-q-x": h200_node_xml(8)}})
+    subst = {"{hosts}": str(tmp_path / "hosts.txt"), "{empty}": str(tmp_path / "empty"), "{bundle}": str(b)}
+    argv = [subst.get(a, a) for a in argv] + ["--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err.replace("\n", "")
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_local_on_this_machine(tmp_path):
+    """The real local path: this CI machine has no GPU, so nvidia-smi is missing -> ERROR."""
+    code = main(["run", "--local", "--out", str(tmp_path / "out"), "--run-id", "r1", "-q"])
+    run = tmp_path / "out" / "r1"
+    report = json.loads((run / "report.json").read_text())
+    [host] = report["hosts"]
+    bundle = json.loads((run / "bundle" / "bundle.json").read_text())
+    assert bundle["format"] == FORMAT and bundle["hosts"] == [host]
+    meta = json.loads((run / "bundle" / "hosts" / host / "nvidia-smi-q-x.json").read_text())
+    if meta["exit_code"] == 127:
+        assert code == 1
+        inv = next(f for f in report["findings"] if f["check"] == "gpu-inventory")
+        assert inv["status"] == "error" and "tool-missing" in inv["symptoms"]
+        assert "nvidia-smi is not installed" in inv["summary"]
+    else:  # a machine with a GPU: the probe ran and was saved byte for byte
+        assert (run / "bundle" / "hosts" / host / "nvidia-smi-q-x.txt").stat().st_size > 0
