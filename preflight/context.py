@@ -92,12 +92,31 @@ class HostContext:
         if not picked:
             return None
         keep = sorted(set(picked))[: limit * (2 * context + 1)]
-        return Evidence(probe, "\n".join(lines[i].rstrip() for i in keep))
+        return Evidence(probe, "\n".join(lines[i].strip() for i in keep))
 
     # ---- parsed facts -------------------------------------------------------------------
+    # Each fact parses one probe (or the first of alternatives) once. Missing or unreadable
+    # evidence raises EvidenceMissing, which the runner reports as an ERROR finding.
+
+    def _parsed(self, parse, *probes: str):
+        probe, text = self.first_text(*probes)
+        try:
+            return probe, parse(probe, text)
+        except ParseError as exc:
+            raise EvidenceMissing(f"{probe}: unreadable output ({exc})", ("probe-unreadable",),
+                                  (Evidence(probe, text.strip()[:300]),)) from None
+
+    @cached_property
+    def _smi(self):
+        from .parsers import nvidia_smi
+
+        return self._parsed(
+            lambda p, t: (nvidia_smi.parse_smi_xml if p == "nvidia-smi-q-x" else nvidia_smi.parse_smi_text)(t),
+            "nvidia-smi-q-x", "nvidia-smi-q")
 
     @cached_property
     def smi_probe(self) -> str:
+        """Which probe the ``smi`` fact came from, for evidence excerpts."""
         return self._smi[0]
 
     @cached_property
@@ -106,16 +125,32 @@ class HostContext:
         return self._smi[1]
 
     @cached_property
-    def _smi(self):
-        from .parsers import nvidia_smi
+    def topo(self):
+        """``TopoMatrix`` from ``nvidia-smi topo -m``."""
+        from .parsers.topo import parse_topo
 
-        probe, text = self.first_text("nvidia-smi-q-x", "nvidia-smi-q")
-        parse = nvidia_smi.parse_smi_xml if probe == "nvidia-smi-q-x" else nvidia_smi.parse_smi_text
-        try:
-            return probe, parse(text)
-        except ParseError as exc:
-            raise EvidenceMissing(f"{probe}: unreadable output ({exc})", ("probe-unreadable",),
-                                  (Evidence(probe, text.strip()[:300]),)) from None
+        return self._parsed(lambda p, t: parse_topo(t), "nvidia-smi-topo")[1]
+
+    @cached_property
+    def nvlink_status(self):
+        """``NvlinkStatus`` from ``nvidia-smi nvlink --status``."""
+        from .parsers.nvlink import parse_nvlink_status
+
+        return self._parsed(lambda p, t: parse_nvlink_status(t), "nvidia-smi-nvlink-status")[1]
+
+    @cached_property
+    def nvlink_errors(self):
+        """``NvlinkErrors`` from ``nvidia-smi nvlink -e``."""
+        from .parsers.nvlink import parse_nvlink_errors
+
+        return self._parsed(lambda p, t: parse_nvlink_errors(t), "nvidia-smi-nvlink-errors")[1]
+
+    @cached_property
+    def lspci(self):
+        """PCI devices with link capability and status, from ``lspci -vvv``."""
+        from .parsers.lspci import parse_lspci
+
+        return self._parsed(lambda p, t: parse_lspci(t), "lspci")[1]
 
 
 @dataclass
