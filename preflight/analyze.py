@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from .bundle import Bundle
 from .context import EvidenceMissing, FleetContext, HostContext
 from .diagnosis import KnowledgeBase, diagnose
-from .model import Diagnosis, Finding, Status, worst
+from .model import Diagnosis, Evidence, Finding, Status, worst
 from .plugin import Check, Outcome
 from .profiles import GENERIC, Profile, detect
 
 CONNECTIVITY = "connectivity"
+PROBES = "probes"
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ def analyze(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], k
         verdict_profile[host] = ctx.profile
         contexts[host] = ctx
         findings.append(Finding(CONNECTIVITY, host, Status.PASS, "connected"))
+        findings.append(_probe_health(ctx))
         for check in checks:
             if check.scope == "host":
                 findings.extend(_run_host_check(check, ctx))
@@ -91,6 +93,18 @@ def analyze(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], k
             reachable, verdict_profile[host].id, verdict_profile[host].why,
         )
     return Analysis(hosts, findings, diagnose(findings, kb), checks)
+
+
+def _probe_health(ctx: HostContext) -> Finding:
+    """A probe that hung is a symptom in itself (nvidia-smi stuck in the driver), even where
+    a check could judge from another probe, so it is reported once per host here."""
+    hung = [r for r in ctx.probes.values() if r.timed_out]
+    if not hung:
+        return Finding(PROBES, ctx.name, Status.PASS, f"{len(ctx.probes)} probes finished in time")
+    names = ", ".join(f"{' '.join(r.command) or r.probe} ({r.duration_s}s)" for r in hung)
+    return Finding(PROBES, ctx.name, Status.WARN, f"{len(hung)} probe(s) hung and were stopped: {names}",
+                   ("probe-timeout",), tuple(Evidence(r.probe, (r.text.strip()[-300:] or "(no output)"))
+                                              for r in hung[:3]))
 
 
 def _profile_for(ctx: HostContext, profiles: dict[str, Profile], forced: str | None) -> Profile:

@@ -37,3 +37,23 @@ def h200_node_xml(gpus: int = 8, driver: str | None = None, cuda: str | None = N
     if cuda:
         head = re.sub(r"<cuda_version>[^<]*<", f"<cuda_version>{cuda}<", head)
     return head + "\n".join(blocks) + tail
+
+
+H200_TEXT = CORPUS / "h200-vm" / "smi-q.txt"
+
+
+def h200_node_text(gpus: int = 8, driver: str | None = None) -> str:
+    """The text `nvidia-smi -q` of the same node: the real GPU section repeated per GPU."""
+    text = H200_TEXT.read_text()
+    head, block = text.split("GPU 00000000:00:06.0", 1)
+    block = "GPU 00000000:00:06.0" + block
+    blocks = []
+    for i in range(gpus):
+        b = block.replace("00000000:00:06.0", f"00000000:{_BUSES[i]}:00.0")
+        b = re.sub(r"GPU-88c58391-6001-919c-8431-20f011c2056\d", f"GPU-88c58391-6001-919c-8431-20f011c2{i:04d}", b)
+        b = re.sub(r"(Minor Number\s+: )\d+", rf"\g<1>{i}", b)
+        blocks.append(b.rstrip("\n") + "\n\n")
+    head = re.sub(r"(Attached GPUs\s+: )\d+", rf"\g<1>{gpus}", head)
+    if driver:
+        head = re.sub(r"(Driver Version\s+: )\S+", rf"\g<1>{driver}", head)
+    return head + "".join(blocks)
