@@ -1,0 +1,45 @@
+"""Shared pytest wiring: the simulated-cluster fixture, and the skip rule for tests marked `root`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from simcluster import SSHD, SimCluster, SimHost
+
+
+@cache
+def _why_no_simcluster() -> str | None:
+    """Why tests that build network namespaces and run sshd cannot run here; None when they can."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, mounts and sshd of the simulated cluster)"
+    missing = [tool for tool in ("ip", "unshare", "flock", "ssh", "ssh-keygen") if shutil.which(tool) is None]
+    if not os.access(SSHD, os.X_OK):
+        missing.append(SSHD)
+    if missing:
+        return f"missing {', '.join(missing)} (apt-get install iproute2 openssh-server)"
+    # Root inside an unprivileged container has no CAP_SYS_ADMIN / CAP_NET_ADMIN: try for real.
+    for probe in (["unshare", "--net", "--mount", "--uts", "true"], ["ip", "netns", "list"]):
+        proc = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        if proc.returncode:
+            return f"`{' '.join(probe)}` failed: {proc.stderr.strip()}"
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("root") is not None and (reason := _why_no_simcluster()):
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def sim_cluster(tmp_path: Path) -> Iterator[Callable[[list[SimHost]], SimCluster]]:
+    """`make(hosts)` builds and enters a SimCluster; every one made is torn down when the test ends."""
+    with contextlib.ExitStack() as clusters:
+        yield lambda hosts: clusters.enter_context(SimCluster(hosts, tmp_path))

@@ -1,0 +1,110 @@
+"""`preflight run --hosts` over real SSH against a simulated cluster (issue 2's proof).
+
+Each host is a network namespace with its own sshd answering `nvidia-smi` with recorded
+real output (tests/derived.py repeats the real H200 capture per GPU). preflight connects
+exactly as it would to a real fleet: hosts file, ssh config, known_hosts, key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from derived import h200_node_text, h200_node_xml
+from preflight.cli import main
+from simcluster import Reply, SimHost
+
+pytestmark = pytest.mark.root
+
+
+def gpu_node(name: str, gpus: int = 8, driver: str | None = None, hang_s: float = 0) -> SimHost:
+    return SimHost(name, commands={
+        "nvidia-smi -q -x": Reply(h200_node_xml(gpus, driver), sleep_s=hang_s),
+        "nvidia-smi -q": Reply(h200_node_text(gpus, driver), sleep_s=hang_s),
+    })
+
+
+def run(cluster, tmp_path: Path, *extra: str) -> tuple[int, dict, Path]:
+    out = tmp_path / "reports"
+    code = main(["run", "--hosts", str(cluster.hosts_file), "--ssh-config", str(cluster.ssh_config),
+                 "--known-hosts", str(cluster.known_hosts), "--identity", str(cluster.identity),
+                 "--out", str(out), "--run-id", "r", "-q", *extra])
+    return code, json.loads((out / "r" / "report.json").read_text()), out / "r"
+
+
+def test_healthy_fleet_passes(sim_cluster, tmp_path):
+    cluster = sim_cluster([gpu_node(f"gpu{i:02d}") for i in range(1, 5)])
+    code, report, run_dir = run(cluster, tmp_path)
+    assert code == 0
+    assert {h: v["status"] for h, v in report["hosts"].items()} == {f"gpu{i:02d}": "pass" for i in range(1, 5)}
+    assert report["diagnoses"] == []
+    assert all(v["profile"] == "hgx-h200" for v in report["hosts"].values())
+    # The bundle holds each node's output byte for byte.
+    saved = (run_dir / "bundle/hosts/gpu01/nvidia-smi-q-x.txt").read_text()
+    assert saved == h200_node_xml(8)
+    meta = json.loads((run_dir / "bundle/hosts/gpu01/nvidia-smi-q-x.json").read_text())
+    assert meta["command"] == ["nvidia-smi", "-q", "-x"] and meta["exit_code"] == 0 and not meta["timed_out"]
+
+
+def test_faulty_fleet_gets_exactly_its_findings(sim_cluster, tmp_path):
+    cluster = sim_cluster([
+        gpu_node("gpu01"), gpu_node("gpu02"), gpu_node("gpu03"),
+        SimHost("gpu04", down=True),
+        gpu_node("gpu05", gpus=7),
+        gpu_node("gpu06", driver="570.195.03"),
+        SimHost("gpu07"),                      # no nvidia-smi on this node
+        gpu_node("gpu08", hang_s=60),          # nvidia-smi hangs in the driver
+    ])
+    t0 = time.monotonic()
+    code, report, run_dir = run(cluster, tmp_path, "--timeout", "3", "--connect-timeout", "3")
+    elapsed = time.monotonic() - t0
+    assert code == 1
+    status = {h: v["status"] for h, v in report["hosts"].items()}
+    assert status == {"gpu01": "pass", "gpu02": "pass", "gpu03": "pass", "gpu04": "error",
+                      "gpu05": "fail", "gpu06": "fail", "gpu07": "error", "gpu08": "error"}
+    causes = {d["cause"]: sorted(d["hosts"]) for d in report["diagnoses"]}
+    assert causes == {"host-unreachable": ["gpu04"], "gpu-missing": ["gpu05"],
+                      "driver-version-drift": ["gpu06"], "tool-missing": ["gpu07"],
+                      "probe-timeout": ["gpu08"]}
+    assert report["hosts"]["gpu04"]["reachable"] is False
+    down = next(f for f in report["findings"] if f["host"] == "gpu04" and f["check"] == "connectivity")
+    assert "connection refused" in down["summary"]
+    drift = next(f for f in report["findings"] if f["host"] == "gpu06" and f["check"] == "fleet-consistency")
+    assert "570.195.03" in drift["summary"] and "580.159.04" in drift["summary"]
+    hung = json.loads((run_dir / "bundle/hosts/gpu08/nvidia-smi-q-x.json").read_text())
+    assert hung["timed_out"] is True
+    # Both hung probes were stopped by their 3 s limit, in parallel with the other hosts.
+    assert elapsed < 30
+
+
+def test_unknown_host_key_is_refused_by_default(sim_cluster, tmp_path):
+    cluster = sim_cluster([gpu_node("gpu01")])
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    ssh_config = tmp_path / "ssh_config"
+    # The cluster's config names its known_hosts; point it at an empty one instead.
+    ssh_config.write_text("\n".join(
+        line for line in cluster.ssh_config.read_text().splitlines()
+        if "UserKnownHostsFile" not in line and "StrictHostKeyChecking" not in line
+    ) + f"\n    UserKnownHostsFile {empty}\n")
+    out = tmp_path / "reports"
+    base = ["run", "--hosts", str(cluster.hosts_file), "--ssh-config", str(ssh_config),
+            "--identity", str(cluster.identity), "--out", str(out), "-q"]
+    assert main(base + ["--run-id", "strict"]) == 1
+    report = json.loads((out / "strict" / "report.json").read_text())
+    assert report["hosts"]["gpu01"]["reachable"] is False
+    conn = next(f for f in report["findings"] if f["check"] == "connectivity")
+    assert "host key unknown" in conn["summary"]
+    assert main(base + ["--run-id", "accept", "--accept-new-host-keys"]) == 0
+
+
+def test_hostile_host_names_never_reach_a_shell(sim_cluster, tmp_path):
+    cluster = sim_cluster([gpu_node("gpu01")])
+    marker = tmp_path / "pwned"
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text(f"gpu01\n$(touch {marker})\n")
+    assert main(["run", "--hosts", str(hosts), "--out", str(tmp_path / "r"), "-q"]) == 2
+    assert not marker.exists() and not (tmp_path / "r").exists()
