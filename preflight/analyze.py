@@ -73,7 +73,7 @@ def analyze(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], k
         verdict_profile[host] = ctx.profile
         contexts[host] = ctx
         findings.append(Finding(CONNECTIVITY, host, Status.PASS, "connected"))
-        findings.append(_probe_health(ctx))
+        findings.append(_probe_health(ctx, bundle.header.get("probes") or []))
         for check in checks:
             if check.scope == "host":
                 findings.extend(_run_host_check(check, ctx))
@@ -95,16 +95,23 @@ def analyze(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], k
     return Analysis(hosts, findings, diagnose(findings, kb), checks)
 
 
-def _probe_health(ctx: HostContext) -> Finding:
+def _probe_health(ctx: HostContext, planned: list[str]) -> Finding:
     """A probe that hung is a symptom in itself (nvidia-smi stuck in the driver), even where
-    a check could judge from another probe, so it is reported once per host here."""
+    a check could judge from another probe, so it is reported once per host here; so are
+    probes the run planned but never recorded (the controller died before reaching them)."""
     hung = [r for r in ctx.probes.values() if r.timed_out]
-    if not hung:
+    lost = [p for p in planned if p not in ctx.probes]
+    if not hung and not lost:
         return Finding(PROBES, ctx.name, Status.PASS, f"{len(ctx.probes)} probes finished in time")
-    names = ", ".join(f"{' '.join(r.command) or r.probe} ({r.duration_s}s)" for r in hung)
-    return Finding(PROBES, ctx.name, Status.WARN, f"{len(hung)} probe(s) hung and were stopped: {names}",
-                   ("probe-timeout",), tuple(Evidence(r.probe, (r.text.strip()[-300:] or "(no output)"))
-                                              for r in hung[:3]))
+    parts, symptoms = [], []
+    if hung:
+        names = ", ".join(f"{' '.join(r.command) or r.probe} ({r.duration_s}s)" for r in hung)
+        parts.append(f"{len(hung)} probe(s) hung and were stopped: {names}")
+        symptoms.append("probe-timeout")
+    if lost:
+        parts.append(f"{len(lost)} planned probe(s) never recorded (the run stopped early?): {', '.join(lost)}")
+    return Finding(PROBES, ctx.name, Status.WARN, "; ".join(parts), tuple(symptoms),
+                   tuple(Evidence(r.probe, (r.text.strip()[-300:] or "(no output)")) for r in hung[:3]))
 
 
 def _profile_for(ctx: HostContext, profiles: dict[str, Profile], forced: str | None) -> Profile:
@@ -133,6 +140,8 @@ def _run_host_check(check: Check, ctx: HostContext) -> list[Finding]:
     try:
         outcomes = _as_outcomes(check.func(ctx))
     except EvidenceMissing as exc:
+        if not exc.collected:
+            return [Finding(check.id, ctx.name, Status.SKIP, f"not judged: {exc}")]
         return [Finding(check.id, ctx.name, Status.ERROR, f"cannot judge: {exc}", exc.symptoms, exc.evidence)]
     except Exception as exc:  # noqa: BLE001 - a broken check is reported, not fatal
         return [Finding(check.id, ctx.name, Status.ERROR,

@@ -21,15 +21,20 @@ from .profiles import Profile
 class EvidenceMissing(Exception):
     """A fact cannot be had from the evidence; ``symptoms`` say why, for the diagnosis."""
 
-    def __init__(self, message: str, symptoms: tuple[str, ...] = (), evidence: tuple[Evidence, ...] = ()):
+    def __init__(self, message: str, symptoms: tuple[str, ...] = (), evidence: tuple[Evidence, ...] = (),
+                 collected: bool = True):
         super().__init__(message)
         self.symptoms = symptoms
         self.evidence = evidence
+        # False when the bundle simply has no record of the probe (a bundle assembled by hand,
+        # or a run that selected other checks): nothing went wrong on the node, so the check
+        # is not applicable rather than in error. A live run records every probe it starts.
+        self.collected = collected
 
 
 def why_missing(result: ProbeResult | None, probe: str) -> EvidenceMissing:
     if result is None:
-        return EvidenceMissing(f"probe {probe} did not run")
+        return EvidenceMissing(f"{probe} not collected in this bundle", collected=False)
     command = " ".join(result.command) or probe
     if result.error:
         return EvidenceMissing(f"{probe}: {result.error}")
@@ -74,9 +79,8 @@ class HostContext:
                 return p, self.text(p)
             except EvidenceMissing as exc:
                 failures.append(exc)
-        # Report the most telling reason: a missing tool beats "did not run".
-        best = max(failures, key=lambda e: len(e.symptoms))
-        raise best
+        # Report the most telling reason: a probe that ran and failed beats one not collected.
+        raise max(failures, key=lambda e: (e.collected, len(e.symptoms)))
 
     def excerpt(self, probe: str, pattern: str, context: int = 0, limit: int = 6) -> Evidence | None:
         """Lines of a probe's output matching ``pattern`` (a regex), as evidence."""
@@ -151,6 +155,185 @@ class HostContext:
         from .parsers.lspci import parse_lspci
 
         return self._parsed(lambda p, t: parse_lspci(t), "lspci")[1]
+
+    # -- nccl: for checks/nccl_all_reduce.py --
+    @cached_property
+    def nccl(self):
+        """``NcclProbeOutput`` (repetitions, their runs, NCCL log signatures) of the
+        nccl-all-reduce probe. Output its overall timeout cut short is still read: up to the
+        cut, it is the evidence of a hang."""
+        from .nccl_probe import PROBE_ID, parse_probe_output
+
+        r = self.probes.get(PROBE_ID)
+        if r is not None and r.tool_missing:
+            # The command is `sh -c SCRIPT`: say what the script found missing, not "sh".
+            said = r.stderr.strip().splitlines()
+            raise EvidenceMissing(
+                said[-1] if said else "neither all_reduce_perf nor python3 with torch on the node",
+                ("tool-missing",), (Evidence(PROBE_ID, r.stderr.strip()[-300:] or f"exit {r.exit_code}"),))
+        if r is not None and r.timed_out and r.stdout:
+            try:
+                return parse_probe_output(r.text, cut_off=True)
+            except ParseError:
+                raise why_missing(r, PROBE_ID) from None
+        return self._parsed(lambda p, t: parse_probe_output(t), PROBE_ID)[1]
+
+    # -- kernel_log: for checks/xid.py and checks/pcie_link.py --
+    @cached_property
+    def kernel_log(self):
+        """``KernelLog`` (Xid/SXid, GSP, mlx5, PCIe events) from ``dmesg`` / ``journalctl -k``."""
+        from .parsers.kernel_log import parse_kernel_log
+
+        return self._parsed(lambda p, t: parse_kernel_log(t), "kernel-log")[1]
+
+    # -- NIC facts: for checks/nic_firmware.py, nic_fw_consistency.py, ib_ports.py, mlx5_log.py --
+    @cached_property
+    def _ib(self):
+        from dataclasses import replace
+
+        from .parsers.ibverbs import IbInventory, parse_ib_sysfs, parse_ibstat, parse_ibv_devinfo
+
+        failures: list[EvidenceMissing] = []
+        unreadable: list[str] = []
+        for probe, parse in (("ibv-devinfo", parse_ibv_devinfo), ("ibstat", parse_ibstat),
+                             ("ib-sysfs", parse_ib_sysfs)):
+            r = self.probes.get(probe)
+            # ibv_devinfo exits 255 on a node without RDMA devices but says so (on stderr): an answer.
+            if probe == "ibv-devinfo" and r is not None and "No IB devices found" in r.text + r.stderr:
+                return probe, IbInventory((), ("ibv_devinfo: No IB devices found",), "ibv_devinfo")
+            # The sysfs probe's glob matches nothing when no RDMA device exists.
+            if probe == "ib-sysfs" and r is not None and r.ok and not r.text.strip():
+                return probe, IbInventory((), ("/sys/class/infiniband holds no device",), "sysfs")
+            try:
+                inventory = self._parsed(lambda p, t, parse=parse: parse(t), probe)[1]
+            except EvidenceMissing as exc:
+                failures.append(exc)
+                if "probe-unreadable" in exc.symptoms:
+                    unreadable.append(str(exc))
+                continue
+            if unreadable:
+                inventory = replace(inventory, notes=inventory.notes + tuple(
+                    f"{u}; read {probe} instead" for u in unreadable))
+            return probe, inventory
+        raise max(failures, key=lambda e: len(e.symptoms))
+
+    @cached_property
+    def ib_probe(self) -> str:
+        """Which probe the ``ib`` fact came from: ibv-devinfo, else ibstat, else ib-sysfs."""
+        return self._ib[0]
+
+    @cached_property
+    def ib(self):
+        """RDMA devices and ports (``IbInventory``) from ``ibv_devinfo -v``, else ``ibstat``, else
+        sysfs; an earlier source that was there but unreadable is named in its ``notes``."""
+        return self._ib[1]
+
+    @cached_property
+    def ethtool(self):
+        """``EthtoolInfo`` per mlx5 netdev, from the ``ethtool-i`` probe."""
+        from .parsers.mlnx import parse_ethtool_i
+
+        return self._parsed(lambda p, t: parse_ethtool_i(t), "ethtool-i")[1]
+
+    @cached_property
+    def mlx5_modinfo(self):
+        """``ModInfo`` of ``modinfo mlx5_core``."""
+        from .parsers.mlnx import parse_modinfo
+
+        return self._parsed(lambda p, t: parse_modinfo(t), "mlx5-modinfo")[1]
+
+    @cached_property
+    def ofed_info(self):
+        """``OfedInfo`` of ``ofed_info -s`` (absent on inbox-driver hosts)."""
+        from .parsers.mlnx import parse_ofed_info
+
+        return self._parsed(lambda p, t: parse_ofed_info(t), "ofed-info")[1]
+
+    @cached_property
+    def mlxfwmanager(self):
+        """``FirmwareQuery`` of ``mlxfwmanager --query`` (most hosts lack the tool)."""
+        from .parsers.mlnx import parse_mlxfwmanager
+
+        return self._parsed(lambda p, t: parse_mlxfwmanager(t), "mlxfwmanager")[1]
+
+    def _optional(self, attribute: str):
+        try:
+            return getattr(self, attribute)
+        except EvidenceMissing:
+            return None
+
+    @cached_property
+    def driver_release(self):
+        """The mlx5 driver the node runs (``DriverRelease``), from whichever of ethtool -i, modinfo
+        and ofed_info is there; never missing: with none of them its flavour is ``unknown``."""
+        from .parsers.versions import driver_release
+
+        infos = self._optional("ethtool") or ()
+        ethtool = next((i for i in infos if i.driver == "mlx5_core"), infos[0] if infos else None)
+        return driver_release(self._optional("mlx5_modinfo"), self._optional("ofed_info"), ethtool)
+
+    @cached_property
+    def nic_matrix(self):
+        """The NIC firmware matrix with the profile's ``nic.policy_file`` (a path relative to the
+        profile's own file) merged over it."""
+        from pathlib import Path
+
+        from .nic_matrix import NicMatrixError, load_matrix
+
+        policy = self.profile.get("nic.policy_file")
+        if policy and not Path(policy).is_absolute() and self.profile.source_file:
+            policy = str(Path(self.profile.source_file).parent / policy)
+        try:
+            return load_matrix(policy or None)
+        except NicMatrixError as exc:
+            raise EvidenceMissing(f"NIC firmware policy of profile {self.profile.id}: {exc}") from None
+
+    @cached_property
+    def nics(self):
+        """``Nic`` records (preflight.nic_matrix): firmware and adapter family of every ConnectX,
+        from the ``ib`` fact, else ``ethtool -i``, else ``mlxfwmanager``."""
+        from .nic_matrix import nics_from_ethtool, nics_from_fwquery, nics_from_ib
+
+        sources = (("ib", lambda v: nics_from_ib(self.nic_matrix, v, self.ib_probe)),
+                   ("ethtool", lambda v: nics_from_ethtool(self.nic_matrix, v)),
+                   ("mlxfwmanager", lambda v: nics_from_fwquery(self.nic_matrix, v)))
+        failures: list[EvidenceMissing] = []
+        for attribute, build in sources:
+            try:
+                found = build(getattr(self, attribute))
+            except EvidenceMissing as exc:
+                failures.append(exc)
+                continue
+            if found:
+                return found
+        if len(failures) == len(sources):
+            raise max(failures, key=lambda e: len(e.symptoms))
+        return ()
+
+    def device_excerpt(self, probe: str, device: str, pattern: str, limit: int = 8) -> Evidence | None:
+        """Lines matching ``pattern`` in one device's part of a multi-device listing (ibv_devinfo,
+        ibstat, ibstatus, ``== IFACE ==`` ethtool blocks, ib-sysfs lines), after its header."""
+        r = self.probes.get(probe)
+        if r is None or r.stdout is None:
+            return None
+        name = re.escape(device)
+        own = re.compile(rf"^\s*(?:hca_id:\s*{name}\s*$|CA '{name}'|Infiniband device '{name}'|==\s*{name}\s*==)")
+        header = re.compile(r"^\s*(?:hca_id:|CA '|Infiniband device '|==\s*\S+\s*==)")
+        wanted = re.compile(pattern)
+        picked: list[str] = []
+        inside = False
+        for line in r.text.splitlines():
+            if f"/infiniband/{device}/" in line:  # sysfs: every line names its device
+                if wanted.search(line):
+                    picked.append(line.strip())
+            elif own.match(line):
+                inside = True
+                picked.append(line.strip())
+            elif header.match(line):
+                inside = False
+            elif inside and wanted.search(line):
+                picked.append(line.strip())
+        return Evidence(probe, "\n".join(picked[:limit])) if picked else None
 
 
 @dataclass

@@ -27,11 +27,15 @@ def gpu_node(name: str, gpus: int = 8, driver: str | None = None, hang_s: float 
     })
 
 
+# The GPU inventory checks: these nodes answer nvidia-smi -q / -q -x only.
+SMI_CHECKS = "gpu-inventory,persistence-mode,fleet-consistency,vbios-consistency"
+
+
 def run(cluster, tmp_path: Path, *extra: str) -> tuple[int, dict, Path]:
     out = tmp_path / "reports"
     code = main(["run", "--hosts", str(cluster.hosts_file), "--ssh-config", str(cluster.ssh_config),
                  "--known-hosts", str(cluster.known_hosts), "--identity", str(cluster.identity),
-                 "--out", str(out), "--run-id", "r", "-q", *extra])
+                 "--out", str(out), "--run-id", "r", "-q", "--checks", SMI_CHECKS, *extra])
     return code, json.loads((out / "r" / "report.json").read_text()), out / "r"
 
 
@@ -92,7 +96,7 @@ def test_unknown_host_key_is_refused_by_default(sim_cluster, tmp_path):
     ) + f"\n    UserKnownHostsFile {empty}\n")
     out = tmp_path / "reports"
     base = ["run", "--hosts", str(cluster.hosts_file), "--ssh-config", str(ssh_config),
-            "--identity", str(cluster.identity), "--out", str(out), "-q"]
+            "--identity", str(cluster.identity), "--out", str(out), "-q", "--checks", SMI_CHECKS]
     assert main(base + ["--run-id", "strict"]) == 1
     report = json.loads((out / "strict" / "report.json").read_text())
     assert report["hosts"]["gpu01"]["reachable"] is False

@@ -1,0 +1,211 @@
+"""NVLink links and NVLink topology against the platform profile (check ``nvlink``).
+
+Judges two views of the same fabric:
+
+- ``nvidia-smi nvlink --status``: every GPU must list ``nvlink.links_per_gpu`` links, none
+  ``<inactive>`` (NVIDIA Health Validation ``max_inactive_nvlinks`` = 0, FACTS.md §2), each at
+  ``nvlink.link_speed_gbs`` (26.562 GB/s NVLink4, 53.125 NVLink5). nvidia-smi prints the speed
+  rounded to three decimals (26.562 for 26.5625), and a link that trained down shows a
+  clearly lower figure, so a 1% tolerance absorbs only the rounding. NVML's "all links are
+  inActive" message (a GPU whose links all failed, open-gpu-kernel-modules#1150) is a fault.
+- ``nvidia-smi topo -m``: every GPU pair must show at least the profile's
+  ``nvlink.pair_topology`` (NV18 on HGX boards). A pair at NV17 lost a link; a pair at
+  SYS/NODE/PHB has no NVLink path at all.
+
+Link state does not depend on load (unlike PCIe, NVLink does not downshift when idle), so an
+idle node is judged as it is. Not applicable, hence SKIP and never FAIL: the generic profile
+(e.g. the V100 hybrid cube mesh, whose NV1/NV2 mix is by design), a single GPU (a VM slice has
+no peer to link to), GPUs in MIG mode (nvidia-smi cannot query NVLink there) and GPUs without
+NVLink. Either probe alone is enough to judge; with both missing the check cannot tell.
+On B300 the links train in hardware whatever the fabric state, so all-active links do not
+prove the fabric usable there: the ``fabric-manager`` check judges that side.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import combinations
+
+from preflight.context import EvidenceMissing
+from preflight.model import Evidence
+from preflight.plugin import error, fail, host_check, ok, skip
+
+STATUS = "nvidia-smi-nvlink-status"
+TOPO = "nvidia-smi-topo"
+# Relative: nvidia-smi rounds 26.5625 to 26.562 and 53.125 prints exactly.
+SPEED_TOLERANCE = 0.01
+ACTION = ("drain the node, then reset the GPU (nvidia-smi -r) -> reboot -> open a service case if "
+          "links stay down (NVIDIA Health Validation nvlink_active); confirm with "
+          "nvidia-smi nvlink --status and nvidia-smi topo -m")
+
+_NV = re.compile(r"NV(\d+)")
+_GPU_LINE = re.compile(r"\s*GPU (\d+):")
+_LINK_LINE = re.compile(r"\s*Link (\d+):")
+
+
+@host_check("nvlink", probes=[STATUS, TOPO],
+            summary="NVLink links active at full count and speed; NV# between every GPU pair")
+def nvlink(host):
+    profile = host.profile
+    want_links = profile.get("nvlink.links_per_gpu")
+    if not want_links:
+        return skip(f"no NVLink expectation for this platform: {profile.why}")
+    status, status_missing = _fact(host, "nvlink_status")
+    topo, topo_missing = _fact(host, "topo")
+    if status is None and topo is None:
+        raise status_missing
+
+    gpus = status.gpus if status else ()
+    reasons = {g.reason for g in gpus}
+    if gpus and reasons == {"mig-mode"}:
+        return skip(f"MIG mode: nvidia-smi cannot query NVLink ({gpus[0].message})")
+    if gpus and reasons == {"no-nvlink"}:
+        return skip(f"{gpus[0].name or 'this GPU'} has no NVLink ({gpus[0].message})")
+    count = len(gpus) or (len(topo.gpus) if topo else 0)
+    if count == 1:
+        return skip("1 GPU: NVLink not applicable")
+    if count == 0:
+        why = f" ({topo_missing})" if topo_missing else ""
+        return error(f"cannot judge: nvidia-smi nvlink --status listed no GPU and the topology is missing{why}")
+
+    speed = profile.get("nvlink.link_speed_gbs")
+    problems: list[str] = []
+    notes: list[str] = []
+    bad_links: dict[int, set[int] | None] = {}
+    judged_gpus = _judge_links(gpus, want_links, speed, problems, notes, bad_links)
+    if status is not None and not gpus:
+        notes.append("nvidia-smi nvlink --status listed no GPU")
+    pair = profile.get("nvlink.pair_topology")
+    bad_rows: set[str] = set()
+    judged_pairs = _judge_topology(topo, pair, problems, notes, bad_rows) if topo else 0
+    if topo is None:
+        notes.append(f"topology not checked ({topo_missing})")
+    if status is None:
+        notes.append(f"link status not checked ({status_missing})")
+
+    data = {"gpus": count, "links_per_gpu": want_links, "link_speed_gbs": speed,
+            "pair_topology": pair, "problems": problems, "notes": notes}
+    if problems:
+        evidence = []
+        if bad_links:
+            evidence.append(Evidence(STATUS, _status_excerpt(host.result(STATUS).text, bad_links)))
+        if bad_rows:
+            rows = "|".join(sorted(bad_rows))
+            evidence.append(host.excerpt(TOPO, rf"CPU Affinity|^\s*({rows})\s", limit=len(bad_rows) + 1))
+        return fail("; ".join(_capped(problems) + notes), symptoms=["nvlink-down"], evidence=evidence,
+                    data={**data, "action": ACTION})
+    if not judged_gpus and not judged_pairs:
+        return skip("NVLink not judged: " + "; ".join(notes))
+    parts = []
+    if judged_gpus:
+        speeds = sorted({link.speed_gbps for g in gpus for link in g.links if link.active})
+        parts.append(f"{judged_gpus} GPUs x {want_links} links active at "
+                     f"{'/'.join(f'{s:g}' for s in speeds)} GB/s")
+    if judged_pairs:
+        parts.append(f"{pair} between all {judged_pairs} GPU pairs")
+    if profile.get("nvlink.check_fabric_state"):
+        # FACTS.md §2, B300 caveat: ALI trains links in hardware whatever the fabric state.
+        notes.append("active links alone do not prove the fabric usable on this platform "
+                     "(see fabric-manager)")
+    return ok("; ".join(parts + notes), data=data)
+
+
+def _fact(host, name: str):
+    """(fact, None) or (None, why it is missing): either NVLink view alone can be judged."""
+    try:
+        return getattr(host, name), None
+    except EvidenceMissing as exc:
+        return None, exc
+
+
+def _judge_links(gpus, want_links: int, speed: float | None, problems: list[str],
+                 notes: list[str], bad_links: dict[int, set[int] | None]) -> int:
+    """Append each GPU's link faults; return how many GPUs had links to judge."""
+    judged = 0
+    dead = [gpu for gpu in gpus if gpu.reason == "all-links-inactive"]
+    if dead:
+        labels = ", ".join(f"GPU{gpu.index}" for gpu in dead)
+        problems.append(f"all links inactive on {len(dead)} of {len(gpus)} GPUs ({labels}): "
+                        f"{dead[0].message!r}")
+        bad_links.update((gpu.index, None) for gpu in dead)
+    for gpu in gpus:
+        label = f"GPU{gpu.index}"
+        if gpu.reason == "all-links-inactive":
+            continue
+        if not gpu.links:
+            notes.append(f"{label} not judged ({gpu.message or 'no link lines: output truncated?'})")
+            continue
+        judged += 1
+        inactive = [link.number for link in gpu.links if not link.active]
+        slow = [link for link in gpu.links
+                if link.active and speed and link.speed_gbps < speed * (1 - SPEED_TOLERANCE)]
+        if inactive:
+            problems.append(f"{label}: {len(inactive)} of {len(gpu.links)} links inactive "
+                            f"(link {', '.join(map(str, inactive))})")
+        if len(gpu.links) < want_links:
+            problems.append(f"{label}: {len(gpu.links)} of {want_links} links listed")
+        if slow:
+            seen = "/".join(sorted({f"{link.speed_gbps:g}" for link in slow}))
+            which = "" if len(slow) == len(gpu.links) else f" (link {', '.join(str(k.number) for k in slow)})"
+            problems.append(f"{label}: {len(slow)} of {len(gpu.links)} links at {seen} GB/s, "
+                            f"below {speed:g}{which}")
+        if inactive or slow or len(gpu.links) < want_links:
+            bad_links[gpu.index] = set(inactive) | {link.number for link in slow}
+    return judged
+
+
+def _judge_topology(topo, pair: str | None, problems: list[str], notes: list[str],
+                    bad_rows: set[str]) -> int:
+    """Append GPU pairs below the profile's NV#; return how many pairs were judged."""
+    want = _NV.fullmatch(pair or "")
+    if not want:
+        return 0
+    if topo.kind != "topology":
+        notes.append("the topology probe holds a P2P matrix, not topo -m: pairs not checked")
+        return 0
+    judged, short, unread = 0, [], 0
+    for a, b in combinations(topo.gpus, 2):
+        cell = topo.link(a, b)
+        if cell is None:
+            unread += 1
+            continue
+        judged += 1
+        if topo.nvlink_count(a, b) < int(want.group(1)):
+            short.append(f"{a}-{b} {cell}")
+            bad_rows.update((a, b))
+    if short:
+        more = f" and {len(short) - 4} more" if len(short) > 4 else ""
+        problems.append(f"topology: {len(short)} of {judged} GPU pairs below {pair} "
+                        f"({', '.join(short[:4])}{more})")
+    if unread:
+        notes.append(f"{unread} GPU pairs not in the topology capture (truncated?)")
+    return judged
+
+
+def _capped(problems: list[str], shown: int = 4) -> list[str]:
+    """The first few problems for the summary; data["problems"] keeps them all."""
+    if len(problems) <= shown:
+        return problems
+    return problems[:shown] + [f"and {len(problems) - shown} more"]
+
+
+def _status_excerpt(text: str, bad: dict[int, set[int] | None], per_gpu: int = 4) -> str:
+    """Each faulty GPU's header and up to ``per_gpu`` of its faulty link lines (its message
+    lines when it lists no links)."""
+    keep: list[str] = []
+    gpu, taken = None, 0
+    for line in text.splitlines():
+        header = _GPU_LINE.match(line)
+        if header:
+            gpu, taken = int(header.group(1)), 0
+            if gpu in bad:
+                keep.append(line.strip())
+            continue
+        if gpu not in bad or not line.strip() or taken >= per_gpu:
+            continue
+        link = _LINK_LINE.match(line)
+        links = bad[gpu]
+        if (links is None and not link) or (links and link and int(link.group(1)) in links):
+            keep.append(line.strip())
+            taken += 1
+    return "\n".join(keep)
