@@ -1,0 +1,330 @@
+"""Reading, validating and writing a soak directory (contract ``preflight-soak/1``).
+
+The directory looks like this (DESIGN.md, "Soak data")::
+
+    SOAK_DIR/soak.json        {"format": "preflight-soak/1", "engine": str, "started": ISO-8601, "hosts": [...]}
+    SOAK_DIR/telemetry.csv    time, host, gpu, temperature_c, memory_temperature_c, sm_clock_mhz,
+                              memory_clock_mhz, power_w, power_limit_w, utilization_pct,
+                              memory_used_mib, clocks_event_reasons
+    SOAK_DIR/throughput.csv   time, host, metric, value
+
+Every contract column must be in the header (in any order; more may follow), but any cell
+other than ``time``, ``host`` and ``gpu`` may be empty, meaning "not available". ``N/A``,
+``[N/A]`` and ``[Not Supported]`` (what nvidia-smi and DCGM dumps print) read as empty too.
+``clocks_event_reasons`` is NVML's bitmask as an integer; hex (``0x4``, as
+``nvidia-smi --query-gpu=clocks_event_reasons.active`` prints it) is accepted as well.
+
+Two optional extra columns are understood: ``slowdown_temperature_c`` in telemetry.csv, the
+GPU's slowdown threshold in °C as NVML reports it (``NVML_TEMPERATURE_THRESHOLD_SLOWDOWN``),
+which the analysis uses to judge "temperature at the slowdown threshold"; and ``gpu`` in
+throughput.csv, set on rows that measure one GPU and empty on rows for the whole node (the
+soak agent writes ``tflops`` per node and ``gpu_tflops`` per GPU that way).
+
+The agent appends rows as it samples, so a crash or a cut connection can leave the last line
+half written: a file that does not end in a newline has its last row dropped, with a note.
+``throughput.csv`` is optional (telemetry converted from a DCGM dump has none); its absence
+is a note. Anything else that breaks the contract raises ``SoakDataError`` naming the file,
+the line and the field.
+
+``frames_from_samples`` converts a list of NVML sample dicts (the shape of
+tests/fixtures/corpus/h200-vm/burn_samples.json: ``{t, temp, sm, mem, power_w, util,
+reasons}``) into the two tables, and ``write_soak`` writes a directory; together they turn a
+capture into a soak directory that ``preflight analyze`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+FORMAT = "preflight-soak/1"
+SOAK_JSON = "soak.json"
+TELEMETRY_CSV = "telemetry.csv"
+THROUGHPUT_CSV = "throughput.csv"
+
+TELEMETRY_COLUMNS: tuple[str, ...] = (
+    "time", "host", "gpu", "temperature_c", "memory_temperature_c", "sm_clock_mhz",
+    "memory_clock_mhz", "power_w", "power_limit_w", "utilization_pct", "memory_used_mib",
+    "clocks_event_reasons",
+)
+THROUGHPUT_COLUMNS: tuple[str, ...] = ("time", "host", "metric", "value")
+SLOWDOWN_COLUMN = "slowdown_temperature_c"
+
+# Numeric telemetry columns whose cells may be empty; `time` and `gpu` may not.
+_OPTIONAL_NUMERIC = tuple(c for c in TELEMETRY_COLUMNS if c not in ("time", "host", "gpu"))
+_NOT_AVAILABLE = ["", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "nan", "NaN"]
+
+
+class SoakDataError(ValueError):
+    """The directory breaks the contract; the message reads ``file:line: field: problem``."""
+
+    def __init__(self, path: Path, problem: str, *, line: int | None = None, field: str | None = None):
+        self.path = path
+        self.line = line
+        self.field = field
+        self.problem = problem
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {field}: {problem}" if field else f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class SoakMeta:
+    """The contents of ``soak.json``; ``extra`` keeps keys beyond the contract's."""
+
+    engine: str
+    started: str
+    hosts: tuple[str, ...]
+    extra: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "engine": self.engine, "started": self.started,
+                "hosts": list(self.hosts), **(self.extra or {})}
+
+
+@dataclass(frozen=True, eq=False)
+class SoakData:
+    """A validated soak directory.
+
+    ``telemetry`` has the contract columns (plus any extra ones), ``time`` float seconds,
+    ``host`` str, ``gpu`` int, every other numeric column float with NaN for "not available".
+    ``throughput`` has ``time``, ``host``, ``metric``, ``value`` (empty when the file is absent),
+    and ``gpu`` (float, NaN on node-wide rows) when the file has that column.
+    Both are sorted by time. ``notes`` say what was tolerated while reading.
+    """
+
+    path: Path
+    meta: SoakMeta
+    telemetry: pd.DataFrame
+    throughput: pd.DataFrame
+    notes: tuple[str, ...] = ()
+
+
+def read_soak(soak_dir: str | Path) -> SoakData:
+    soak_dir = Path(soak_dir)
+    if not soak_dir.is_dir():
+        raise SoakDataError(soak_dir, "not a directory")
+    meta = _read_meta(soak_dir / SOAK_JSON)
+    notes: list[str] = []
+    telemetry = _read_csv(soak_dir / TELEMETRY_CSV, TELEMETRY_COLUMNS, notes)
+    _to_numeric(telemetry, soak_dir / TELEMETRY_CSV, "time", required=True)
+    _to_gpu_index(telemetry, soak_dir / TELEMETRY_CSV)
+    _to_label(telemetry, soak_dir / TELEMETRY_CSV, "host")
+    for col in _OPTIONAL_NUMERIC + ((SLOWDOWN_COLUMN,) if SLOWDOWN_COLUMN in telemetry else ()):
+        if col == "clocks_event_reasons":
+            _to_bitmask(telemetry, soak_dir / TELEMETRY_CSV)
+        else:
+            _to_numeric(telemetry, soak_dir / TELEMETRY_CSV, col, required=False)
+
+    throughput_path = soak_dir / THROUGHPUT_CSV
+    if throughput_path.exists():
+        throughput = _read_csv(throughput_path, THROUGHPUT_COLUMNS, notes)
+        _to_numeric(throughput, throughput_path, "time", required=True)
+        _to_label(throughput, throughput_path, "host")
+        _to_label(throughput, throughput_path, "metric")
+        _to_numeric(throughput, throughput_path, "value", required=False)
+        if "gpu" in throughput:
+            _to_gpu_index(throughput, throughput_path, required=False)
+    else:
+        notes.append(f"{THROUGHPUT_CSV} absent: throughput not judged")
+        throughput = pd.DataFrame({"time": pd.Series(dtype=float), "host": pd.Series(dtype=str),
+                                   "metric": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
+
+    unknown = sorted(set(telemetry["host"]) - set(meta.hosts))
+    if unknown:
+        notes.append(f"{TELEMETRY_CSV} has hosts not listed in {SOAK_JSON}: {', '.join(unknown)}")
+    return SoakData(soak_dir, meta,
+                    telemetry.drop(columns="_line").sort_values("time", kind="stable").reset_index(drop=True),
+                    throughput.drop(columns="_line", errors="ignore").sort_values("time", kind="stable").reset_index(drop=True),
+                    tuple(notes))
+
+
+def _read_meta(path: Path) -> SoakMeta:
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SoakDataError(path, "missing (every soak directory starts with one)") from None
+    except json.JSONDecodeError as exc:
+        raise SoakDataError(path, f"invalid JSON ({exc.msg})", line=exc.lineno) from None
+    if not isinstance(raw, dict):
+        raise SoakDataError(path, "must be a JSON object")
+    if raw.get("format") != FORMAT:
+        raise SoakDataError(path, f"expected {FORMAT!r}, got {raw.get('format')!r}", field="format")
+    for key in ("engine", "started"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise SoakDataError(path, "must be a non-empty string", field=key)
+    try:
+        datetime.fromisoformat(raw["started"])
+    except ValueError:
+        raise SoakDataError(path, f"{raw['started']!r} is not ISO-8601", field="started") from None
+    hosts = raw.get("hosts")
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
+        raise SoakDataError(path, "must be a list of host names", field="hosts")
+    extra = {k: v for k, v in raw.items() if k not in ("format", "engine", "started", "hosts")}
+    return SoakMeta(raw["engine"], raw["started"], tuple(hosts), extra or None)
+
+
+def _read_csv(path: Path, columns: Sequence[str], notes: list[str]) -> pd.DataFrame:
+    if not path.exists():
+        raise SoakDataError(path, "missing")
+    numeric_na = {c: _NOT_AVAILABLE for c in columns if c not in ("host", "metric")}
+    try:
+        # Blank lines are kept (as all-empty rows) so that row i is always line i + 2.
+        df = pd.read_csv(path, dtype={"host": str, "metric": str}, keep_default_na=False,
+                         na_values=numeric_na, skip_blank_lines=False, low_memory=False)
+    except pd.errors.EmptyDataError:
+        raise SoakDataError(path, "empty file (expected a header line)", line=1) from None
+    except pd.errors.ParserError as exc:
+        raise SoakDataError(path, f"not readable as CSV ({exc})") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise SoakDataError(path, "required column missing from the header (a column with no data "
+                            "stays, with empty cells)", line=1, field=missing[0])
+    df["_line"] = df.index + 2
+    if len(df) and not _ends_with_newline(path):
+        notes.append(f"{path.name}: last line {len(df) + 1} has no newline (cut off while being written); ignored")
+        df = df.iloc[:-1]
+    cells = df[list(columns)]
+    blank = (cells.isna() | (cells == "")).all(axis=1)
+    return df[~blank].copy()
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
+
+
+def _first_bad(df: pd.DataFrame, bad: pd.Series) -> tuple[int, Any]:
+    row = df[bad].iloc[0]
+    return int(row["_line"]), row
+
+
+def _to_numeric(df: pd.DataFrame, path: Path, col: str, *, required: bool) -> None:
+    values = df[col]
+    if not pd.api.types.is_numeric_dtype(values):
+        stripped = values.fillna("").astype(str).str.strip()
+        converted = pd.to_numeric(stripped.where(~stripped.isin(_NOT_AVAILABLE)), errors="coerce")
+        bad = converted.isna() & ~stripped.isin(_NOT_AVAILABLE)
+        if bad.any():
+            line, row = _first_bad(df, bad)
+            raise SoakDataError(path, f"{row[col]!r} is not a number", line=line, field=col)
+        values = converted
+    df[col] = values.astype(float)
+    if required and df[col].isna().any():
+        line, _ = _first_bad(df, df[col].isna())
+        raise SoakDataError(path, "empty (this column is required on every row)", line=line, field=col)
+
+
+def _to_gpu_index(df: pd.DataFrame, path: Path, *, required: bool = True) -> None:
+    _to_numeric(df, path, "gpu", required=required)
+    bad = df["gpu"].notna() & ((df["gpu"] != df["gpu"].round()) | (df["gpu"] < 0))
+    if bad.any():
+        line, row = _first_bad(df, bad)
+        raise SoakDataError(path, f"{row['gpu']:g} is not a GPU index", line=line, field="gpu")
+    if required:
+        df["gpu"] = df["gpu"].astype(int)
+
+
+def _to_label(df: pd.DataFrame, path: Path, col: str) -> None:
+    values = df[col].fillna("").astype(str).str.strip()
+    empty = values == ""
+    if empty.any():
+        line, _ = _first_bad(df, empty)
+        raise SoakDataError(path, "empty (this column is required on every row)", line=line, field=col)
+    df[col] = values
+
+
+def _to_bitmask(df: pd.DataFrame, path: Path) -> None:
+    col = "clocks_event_reasons"
+    values = df[col]
+    if not pd.api.types.is_numeric_dtype(values):
+        # Few distinct values in practice, so parsing the unique strings is cheap.
+        keys = values.fillna("").astype(str).str.strip()
+        parsed: dict[str, float] = {}
+        for text in keys.unique():
+            if text in _NOT_AVAILABLE:
+                parsed[text] = math.nan
+                continue
+            try:
+                parsed[text] = float(int(text, 0)) if text.lower().startswith("0x") else float(text)
+            except ValueError:
+                line, _ = _first_bad(df, keys == text)
+                raise SoakDataError(path, f"{text!r} is not a bitmask", line=line, field=col) from None
+        values = keys.map(parsed)
+    values = values.astype(float)
+    bad = values.notna() & ((values < 0) | (values != values.round()))
+    if bad.any():
+        line, row = _first_bad(df, bad)
+        raise SoakDataError(path, f"{row[col]!r} is not a bitmask", line=line, field=col)
+    df[col] = values
+
+
+def write_soak(soak_dir: str | Path, meta: SoakMeta, telemetry: pd.DataFrame,
+               throughput: pd.DataFrame | None = None) -> Path:
+    """Write a ``preflight-soak/1`` directory; contract columns first, extra columns after."""
+    soak_dir = Path(soak_dir)
+    soak_dir.mkdir(parents=True, exist_ok=True)
+    (soak_dir / SOAK_JSON).write_text(json.dumps(meta.to_dict(), indent=2) + "\n")
+    tele = telemetry.reindex(columns=list(TELEMETRY_COLUMNS)
+                             + [c for c in telemetry.columns if c not in TELEMETRY_COLUMNS])
+    # Nullable integers so the bitmask and the index are written as integers, not "4.0".
+    tele["gpu"] = tele["gpu"].astype("Int64")
+    tele["clocks_event_reasons"] = tele["clocks_event_reasons"].astype("Float64").round().astype("Int64")
+    tele.to_csv(soak_dir / TELEMETRY_CSV, index=False, na_rep="")
+    if throughput is not None:
+        thr = throughput.reindex(columns=list(THROUGHPUT_COLUMNS)
+                                 + [c for c in throughput.columns if c not in THROUGHPUT_COLUMNS])
+        if "gpu" in thr:
+            thr["gpu"] = thr["gpu"].astype("Float64").round().astype("Int64")
+        thr.to_csv(soak_dir / THROUGHPUT_CSV, index=False, na_rep="")
+    return soak_dir
+
+
+def frames_from_samples(samples: Iterable[Mapping[str, Any]], *, host: str, start_epoch: float,
+                        power_limit_w: float | None, gpu: int = 0,
+                        slowdown_temperature_c: float | None = None,
+                        tflops_windows: Sequence[float] = (), window_s: float = 5.0,
+                        throughput_start_s: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Telemetry and throughput tables from NVML sample dicts ``{t, temp, sm, mem, power_w, util, reasons}``.
+
+    ``t`` is seconds since the capture began and becomes ``start_epoch + t``. A key missing
+    from a sample, and the columns such a capture never records (memory temperature, memory
+    used), become empty cells. ``tflops_windows`` are back-to-back per-window figures of the
+    burn (the capture logs only their values), placed from ``throughput_start_s`` (default:
+    the first sample at full utilisation) one ``window_s`` apart, each stamped at its end.
+    """
+    rows = list(samples)
+    tele = pd.DataFrame({
+        "time": [start_epoch + float(s["t"]) for s in rows],
+        "host": host,
+        "gpu": gpu,
+        "temperature_c": [s.get("temp") for s in rows],
+        "memory_temperature_c": None,
+        "sm_clock_mhz": [s.get("sm") for s in rows],
+        "memory_clock_mhz": [s.get("mem") for s in rows],
+        "power_w": [s.get("power_w") for s in rows],
+        "power_limit_w": power_limit_w,
+        "utilization_pct": [s.get("util") for s in rows],
+        "memory_used_mib": None,
+        "clocks_event_reasons": [s.get("reasons") for s in rows],
+    }, columns=list(TELEMETRY_COLUMNS))
+    if slowdown_temperature_c is not None:
+        tele[SLOWDOWN_COLUMN] = slowdown_temperature_c
+    for col in _OPTIONAL_NUMERIC:
+        tele[col] = pd.to_numeric(tele[col], errors="coerce").astype(float)
+    if throughput_start_s is None:
+        busy = [float(s["t"]) for s in rows if (s.get("util") or 0) >= 100]
+        throughput_start_s = busy[0] if busy else (float(rows[0]["t"]) if rows else 0.0)
+    thr = pd.DataFrame({
+        "time": [start_epoch + throughput_start_s + window_s * (i + 1) for i in range(len(tflops_windows))],
+        "host": host, "metric": "tflops", "value": [float(v) for v in tflops_windows],
+    }, columns=list(THROUGHPUT_COLUMNS))
+    return tele, thr
