@@ -215,7 +215,7 @@ class HostContext:
                 inventory = replace(inventory, notes=inventory.notes + tuple(
                     f"{u}; read {probe} instead" for u in unreadable))
             return probe, inventory
-        raise max(failures, key=lambda e: len(e.symptoms))
+        raise max(failures, key=lambda e: (e.collected, len(e.symptoms)))
 
     @cached_property
     def ib_probe(self) -> str:
@@ -270,7 +270,10 @@ class HostContext:
 
         infos = self._optional("ethtool") or ()
         ethtool = next((i for i in infos if i.driver == "mlx5_core"), infos[0] if infos else None)
-        return driver_release(self._optional("mlx5_modinfo"), self._optional("ofed_info"), ethtool)
+        modinfo = self._optional("mlx5_modinfo")
+        if modinfo is not None and modinfo.name not in (None, "mlx5_core"):
+            modinfo = None  # another module's modinfo says nothing about mlx5
+        return driver_release(modinfo, self._optional("ofed_info"), ethtool)
 
     @cached_property
     def nic_matrix(self):
@@ -307,7 +310,7 @@ class HostContext:
             if found:
                 return found
         if len(failures) == len(sources):
-            raise max(failures, key=lambda e: len(e.symptoms))
+            raise max(failures, key=lambda e: (e.collected, len(e.symptoms)))
         return ()
 
     def device_excerpt(self, probe: str, device: str, pattern: str, limit: int = 8) -> Evidence | None:
