@@ -63,7 +63,7 @@ def test_faulty_fleet_gets_exactly_its_findings(sim_cluster, tmp_path):
         gpu_node("gpu08", hang_s=60),          # nvidia-smi hangs in the driver
     ])
     t0 = time.monotonic()
-    code, report, run_dir = run(cluster, tmp_path, "--timeout", "3", "--connect-timeout", "3")
+    code, report, run_dir = run(cluster, tmp_path, "--timeout", "3")
     elapsed = time.monotonic() - t0
     assert code == 1
     status = {h: v["status"] for h, v in report["hosts"].items()}
@@ -81,7 +81,7 @@ def test_faulty_fleet_gets_exactly_its_findings(sim_cluster, tmp_path):
     hung = json.loads((run_dir / "bundle/hosts/gpu08/nvidia-smi-q-x.json").read_text())
     assert hung["timed_out"] is True
     # Both hung probes were stopped by their 3 s limit, in parallel with the other hosts.
-    assert elapsed < 30
+    assert elapsed < 60
 
 
 def test_unknown_host_key_is_refused_by_default(sim_cluster, tmp_path):
