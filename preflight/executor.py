@@ -187,6 +187,25 @@ def describe_connect_error(exc: BaseException) -> str:
     return f"connect failed: {type(exc).__name__}: {exc}"
 
 
+def open_connection(host: Host, ssh: SshOptions) -> Connection:
+    """An open connection with this module's host-key policy, for callers that run their own
+    commands (the soak controller); raises on failure, ``describe_connect_error`` says why."""
+    return _connect(host, ssh)
+
+
+def run_on_connection(conn: Connection, command: str, stdin: bytes, timeout_s: float,
+                      ) -> tuple[bytes, bytes, int | None, bool]:
+    """Run one already-quoted command line, feeding it ``stdin``; returns (stdout, stderr,
+    exit code, timed out). Channel failures raise; the caller decides whether to reconnect."""
+    chan = conn.transport.open_session(timeout=timeout_s)
+    chan.settimeout(timeout_s)
+    chan.exec_command(command)
+    if stdin:
+        chan.sendall(stdin)
+    chan.shutdown_write()
+    return _drain(chan, deadline=time.monotonic() + timeout_s)
+
+
 def _run_remote_probe(conn: Connection, probe: Probe, limit_s: float, host: str) -> ProbeResult:
     started = now_iso()
     t0 = time.monotonic()
@@ -208,25 +227,37 @@ def _run_remote_probe(conn: Connection, probe: Probe, limit_s: float, host: str)
 
 
 def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int | None, bool]:
-    out, err = bytearray(), bytearray()
+    """Read a command's stdout and stderr to the end; (stdout, stderr, exit code, timed out).
 
-    def pull() -> None:
-        while chan.recv_ready():
-            out.extend(chan.recv(1 << 16))
+    The exit status can arrive while output is still queued behind a full flow-control
+    window (sshd sends it as soon as the process ends), so "done" means end-of-file on the
+    channel *and* the exit status, not the status alone: stopping at the status truncated
+    large outputs (a 160 KiB `nvidia-smi -q -x`) under load.
+    """
+    out, err = bytearray(), bytearray()
+    chan.settimeout(0.05)  # recv() wakes as soon as data arrives; the timeout bounds a poll
+    eof = False
+    while True:
         while chan.recv_stderr_ready():
             err.extend(chan.recv_stderr(1 << 16))
-
-    # SSH delivers a channel's messages in order (data, eof, exit-status), so once the exit
-    # status is in, all output is already buffered. Waiting on the status event wakes us
-    # the moment the command ends; the short timeout keeps the flow-control window drained
-    # for tools that print more than it holds.
-    while not chan.exit_status_ready():
-        pull()
+        if not eof:
+            try:
+                data = chan.recv(1 << 16)
+            except socket.timeout:
+                data = None
+            if data == b"":
+                eof = True
+            elif data:
+                out.extend(data)
+        if eof and chan.exit_status_ready():
+            while chan.recv_stderr_ready():
+                err.extend(chan.recv_stderr(1 << 16))
+            break
         if time.monotonic() > deadline:
             chan.close()
             return bytes(out), bytes(err), None, True
-        chan.status_event.wait(0.05)
-    pull()
+        if eof:
+            chan.status_event.wait(0.05)
     status = chan.recv_exit_status()
     chan.close()
     return bytes(out), bytes(err), status, False

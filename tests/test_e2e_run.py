@@ -112,3 +112,22 @@ def test_hostile_host_names_never_reach_a_shell(sim_cluster, tmp_path):
     hosts.write_text(f"gpu01\n$(touch {marker})\n")
     assert main(["run", "--hosts", str(hosts), "--out", str(tmp_path / "r"), "-q"]) == 2
     assert not marker.exists() and not (tmp_path / "r").exists()
+
+
+def test_large_outputs_arrive_whole_over_ssh(sim_cluster, tmp_path):
+    """sshd may send the exit status while output still waits behind the flow-control
+    window; the executor must read to end-of-file (a 160 KiB output was once cut short)."""
+    from preflight.executor import ExecPlan, SshOptions, run_fleet
+    from preflight.inventory import load_hosts_file
+    from preflight.probes import PROBES
+
+    big = (h200_node_xml(8) * 12).encode()  # ~2 MB, many windows' worth
+    blob = tmp_path / "big.xml"
+    blob.write_bytes(big)
+    cluster = sim_cluster([SimHost(f"n{i}", commands={"nvidia-smi -q -x": Reply(blob)}) for i in range(6)])
+    ssh = SshOptions(ssh_config=cluster.ssh_config, known_hosts=cluster.known_hosts, identity=cluster.identity)
+    plan = ExecPlan((PROBES["nvidia-smi-q-x"],) * 3, timeout_s=30, ssh=ssh)
+    results = []
+    run_fleet(load_hosts_file(cluster.hosts_file), plan, results.append)
+    assert len(results) == 18
+    assert all(r.exit_code == 0 and r.stdout == big for r in results)
