@@ -1,4 +1,4 @@
-"""Command line: ``preflight run | analyze | checks``.
+"""Command line: ``preflight run | analyze | checks | explain | diff``.
 
 Exit codes (contract): 0 nothing failed (warnings allowed), 1 a check failed or a host could
 not be checked, 2 bad input or usage. Bad input is refused before anything runs or is
@@ -30,6 +30,10 @@ class UsageError(Exception):
     pass
 
 
+# Bad input: refused with exit 2 and the message, never a traceback.
+INPUT_ERRORS = (InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError)
+
+
 def _positive(kind):
     def parse(text: str):
         try:
@@ -43,6 +47,28 @@ def _positive(kind):
     return parse
 
 
+def _size(text: str) -> int:
+    from .nccl_probe import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _active_test_options(run: argparse.ArgumentParser) -> None:
+    g = run.add_argument_group("active tests", "nccl-tests all_reduce_perf on every node (a few minutes of full load)")
+    g.add_argument("--nccl-reps", type=_positive(int), default=5, metavar="N",
+                   help="repetitions of all_reduce_perf per node (default 5)")
+    g.add_argument("--nccl-max-bytes", type=_size, default="8G", metavar="SIZE",
+                   help="largest message, e.g. 8G, 512M or bytes (default 8G)")
+    g.add_argument("--nccl-timeout", type=_positive(float), default=300.0, metavar="SECONDS",
+                   help="limit per repetition; one that runs longer counts as hung (default 300)")
+    g.add_argument("--nccl-tests-dir", metavar="DIR",
+                   help="where all_reduce_perf lives on the nodes (default: PATH, else torch fallback)")
+    g.add_argument("--quick", action="store_true", help="static checks only: leave out active tests")
+
+
 def _common_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checks", metavar="IDS", help="comma-separated check ids to run (default: all)")
     p.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[],
@@ -53,6 +79,17 @@ def _common_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", type=Path, default=Path("reports"),
                    help="where run directories go (default: ./reports)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    _report_options(p)
+
+
+def _report_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("reports", "report.json, report.md and junit.xml are always written")
+    g.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
+                   help="also write report.html, one self-contained page (default: on)")
+    g.add_argument("--prometheus", metavar="FILE", type=Path,
+                   help="also write verdicts and figures in node_exporter's textfile format (name it *.prom)")
+    g.add_argument("--baseline", metavar="RUN", type=Path,
+                   help="compare with an earlier run (its directory or report.json); the diff goes to diff.md")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--connect-timeout", type=_positive(float), default=10.0, help="seconds to connect (default 10)")
     run.add_argument("--run-id", help="name of the run directory (default: timestamp)")
     _common_analysis_options(run)
+    _active_test_options(run)
 
     an = sub.add_parser("analyze", help="judge a saved bundle (or run directory) offline")
     an.add_argument("bundle", type=Path, help="a bundle directory, or a run directory holding bundle/")
@@ -84,6 +122,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     ch = sub.add_parser("checks", help="list the checks and the probes they need")
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
+
+    ex = sub.add_parser("explain", help="what a cause means, what points to it, what to do")
+    ex.add_argument("cause", nargs="?", help="a cause id, e.g. nic-fw-driver-mismatch")
+    ex.add_argument("--list", action="store_true", help="list every cause id with its title")
+
+    df = sub.add_parser("diff", help="what got worse or better between two runs (exit 1 if anything got worse)")
+    df.add_argument("old", type=Path, help="the earlier run directory or its report.json")
+    df.add_argument("new", type=Path, help="the later run directory or its report.json")
+
+    from .soak import controller as soak_controller
+
+    soak_controller.add_parser(sub)
     return parser
 
 
@@ -107,8 +157,14 @@ def cmd_checks(args, console: Console) -> int:
     return EXIT_OK
 
 
-def cmd_run(args, console: Console) -> int:
-    from .runner import RunRequest, execute, new_run_id, probes_for
+def run_request(args):
+    """Everything ``run`` decides before it touches a host, from its parsed options: inventory,
+    checks, profiles, SSH and probe settings, the run directory. Bad input raises one of
+    ``INPUT_ERRORS`` here, before anything runs. The pytest plugin builds its runs with this
+    too, so both read the same options the same way."""
+    from .nccl_probe import NcclOptions
+    from .probes import PROBES
+    from .runner import RunRequest, new_run_id, probes_for
 
     if args.hosts:
         hosts = load_hosts_file(args.hosts)
@@ -117,6 +173,8 @@ def cmd_run(args, console: Console) -> int:
     else:
         hosts = []
     checks = _load_checks(args)
+    if args.quick:
+        checks = [c for c in checks if not all(p in PROBES and PROBES[p].active for p in c.probes)]
     profiles = _load_profiles(args)
     kb = load_knowledge()
     run_id = args.run_id or new_run_id()
@@ -129,9 +187,18 @@ def cmd_run(args, console: Console) -> int:
     for path, opt in ((args.identity, "--identity"), (args.ssh_config, "--ssh-config"), (args.known_hosts, "--known-hosts")):
         if path and not path.is_file():
             raise UsageError(f"{opt}: {path}: no such file")
-    plan = ExecPlan(probes_for(checks), args.timeout, args.parallel, ssh)
-    req = RunRequest(hosts, checks, profiles, kb, plan, args.out, run_id, args.profile)
+    nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir)
+    plan = ExecPlan(probes_for(checks, nccl), args.timeout, args.parallel, ssh)
+    return RunRequest(hosts, checks, profiles, kb, plan, args.out, run_id, args.profile,
+                      html=getattr(args, "html", True))
 
+
+def cmd_run(args, console: Console) -> int:
+    from .runner import execute
+
+    baseline = _report_inputs(args)
+    req = run_request(args)
+    hosts = req.hosts
     if args.quiet or not console.is_terminal:
         run_dir, analysis = execute(req)
     else:
@@ -142,28 +209,106 @@ def cmd_run(args, console: Console) -> int:
             run_dir, analysis = execute(req, lambda host, done, total: bar.update(task, completed=done))
     if not args.quiet:
         terminal.show(analysis, console, str(run_dir))
+    _report_extras(args, run_dir, analysis, baseline, console)
     return EXIT_FAILED if analysis.failed else EXIT_OK
 
 
-def cmd_analyze(args, console: Console) -> int:
+def analyze_saved(args):
+    """``analyze`` without the terminal: judge the saved bundle, write the reports; return the
+    report directory and the analysis (shared with the pytest plugin)."""
     from .analyze import analyze
     from .runner import write_reports
 
     root = args.bundle
     if (root / "bundle" / "bundle.json").is_file():
         root = root / "bundle"
+    run_id = "analyze-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    out = args.out / run_id
+    if (root / "soak.json").is_file() and not (root / "bundle.json").is_file():
+        return out, _analyze_soak(root, out, args)
     bundle = read_bundle(root)
     checks = _load_checks(args)
     profiles = _load_profiles(args)
     analysis = analyze(bundle, checks, profiles, load_knowledge(), args.profile)
-    run_id = "analyze-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     analysis.meta.update({"run_id": run_id, "created": bundle.created, "preflight_version": __version__,
                           "bundle": str(root.resolve())})
-    out = args.out / run_id
-    write_reports(out, analysis)
+    write_reports(out, analysis, getattr(args, "html", True))
+    return out, analysis
+
+
+def _analyze_soak(soak_dir: Path, out: Path, args):
+    """A preflight-soak/1 directory: judged by the soak analysis, reported like a bundle."""
+    from .runner import write_reports
+    from .soak.data import SoakDataError
+    from .soak.judge import judge_soak
+
+    try:
+        analysis = judge_soak(soak_dir, load_knowledge(), plots_dir=out / "plots")
+    except SoakDataError as exc:
+        raise UsageError(str(exc)) from None
+    analysis.meta.update({"run_id": out.name, "preflight_version": __version__, "soak_dir": str(soak_dir.resolve())})
+    write_reports(out, analysis, getattr(args, "html", True))
+    return analysis
+
+
+def cmd_analyze(args, console: Console) -> int:
+    baseline = _report_inputs(args)
+    out, analysis = analyze_saved(args)
     if not args.quiet:
         terminal.show(analysis, console, str(out))
+    _report_extras(args, out, analysis, baseline, console)
     return EXIT_FAILED if analysis.failed else EXIT_OK
+
+
+def _report_inputs(args) -> dict | None:
+    """Check the report options before anything runs; return the baseline report, if any."""
+    from .report.diff import ReportError, load_report
+
+    if args.prometheus and not args.prometheus.parent.is_dir():
+        raise UsageError(f"--prometheus: {args.prometheus.parent}: no such directory")
+    if args.baseline is None:
+        return None
+    try:
+        return load_report(args.baseline)
+    except ReportError as exc:
+        raise UsageError(f"--baseline: {exc}") from None
+
+
+def _report_extras(args, run_dir: Path, analysis, baseline: dict | None, console: Console) -> None:
+    from .report import diff, json_report, prometheus
+    from .runner import write_atomic
+
+    if args.prometheus:
+        write_atomic(args.prometheus, prometheus.render(analysis))
+    if baseline is not None:
+        text = diff.render(diff.diff_reports(baseline, json_report.to_dict(analysis)))
+        write_atomic(run_dir / "diff.md", text)
+        if not args.quiet:
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def cmd_explain(args, console: Console) -> int:
+    from .explain import UnknownCause, explain, list_causes
+
+    kb = load_knowledge()
+    try:
+        text = explain(args.cause, kb) if args.cause and not args.list else list_causes(kb)
+    except UnknownCause as exc:
+        raise UsageError(str(exc)) from None
+    console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
+def cmd_diff(args, console: Console) -> int:
+    from .report.diff import ReportError, diff_reports, load_report, render
+
+    try:
+        old, new = load_report(args.old), load_report(args.new)
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
+    result = diff_reports(old, new)
+    console.print(render(result), end="", markup=False, highlight=False, soft_wrap=True)
+    return EXIT_FAILED if result.worse else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,10 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     err = Console(stderr=True)
-    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks}
+    from .soak.controller import cmd_soak
+
+    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "soak": cmd_soak,
+                "explain": cmd_explain, "diff": cmd_diff}
     try:
         return handlers[args.command](args, console)
-    except (InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError) as exc:
+    except INPUT_ERRORS as exc:
         err.print(f"preflight: error: {exc}", highlight=False, markup=False)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -12,7 +12,9 @@ name, option or user input is ever pasted into them.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from .nccl_probe import PROBE_ID as _NCCL_ID, SCRIPT as _NCCL_SCRIPT
 
 # Exit status the remote `timeout` uses when it had to stop the command.
 TIMEOUT_EXIT = 124
@@ -25,6 +27,12 @@ class Probe:
     description: str
     tool: str  # the program whose absence means "tool-missing"
     timeout_s: float | None = None  # None: the run's --timeout
+    active: bool = False  # loads the node (a benchmark); `run --quick` leaves its checks out
+
+    def with_args(self, *args: str, timeout_s: float | None) -> "Probe":
+        """A copy whose argv ends with ``args``: for ``sh -c SCRIPT sh ARG...`` probes the
+        options reach the script as positional parameters, never pasted into its text."""
+        return replace(self, argv=self.argv + tuple(args), timeout_s=timeout_s)
 
     def shell_command(self, timeout_s: float) -> str:
         """The command line sent to the node's shell: argv quoted, bounded by `timeout`.
@@ -80,6 +88,9 @@ PROBES: dict[str, Probe] = {
         Probe("kernel-log", _sh(_KERNEL_LOG), "kernel ring buffer (XID, mlx5, PCIe)", "dmesg"),
         Probe("lspci", ("lspci", "-vvv"), "PCIe link capability and status", "lspci"),
         Probe("uname", ("uname", "-a"), "kernel release (the inbox mlx5 driver's version)", "uname"),
+        # Arguments (repetitions, sizes, timeouts) are appended per run: nccl_probe.with_options.
+        Probe(_NCCL_ID, _sh(_NCCL_SCRIPT) + ("sh",), "nccl-tests all_reduce_perf, repeated (active)",
+              "all_reduce_perf", active=True),
     ]
 }
 

@@ -23,9 +23,11 @@ from .bundle import BundleWriter, read_bundle
 from .diagnosis import KnowledgeBase
 from .executor import ExecPlan, run_fleet, run_local
 from .model import Host, ProbeResult
+from .nccl_probe import PROBE_ID as NCCL_PROBE_ID, NcclOptions, with_options
 from .plugin import Check, CheckLoadError
 from .probes import PROBES, Probe
 from .profiles import Profile
+from .report import html as html_report
 from .report import json_report, junit, markdown
 
 
@@ -39,13 +41,16 @@ def local_host_name() -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", socket.gethostname()) or "localhost"
 
 
-def probes_for(checks: list[Check]) -> tuple[Probe, ...]:
-    """Every probe the selected checks read, once, in catalogue order."""
+def probes_for(checks: list[Check], options: NcclOptions | None = None) -> tuple[Probe, ...]:
+    """Every probe the selected checks read, once, in catalogue order; the nccl probe built
+    with the run's options (the defaults when None)."""
     wanted = {p for c in checks for p in c.probes}
     unknown = sorted(wanted - PROBES.keys())
     if unknown:
         raise CheckLoadError(f"checks need unknown probe(s): {', '.join(unknown)}")
-    return tuple(p for pid, p in PROBES.items() if pid in wanted)
+    nccl = options or NcclOptions()
+    return tuple(with_options(p, nccl) if pid == NCCL_PROBE_ID else p
+                 for pid, p in PROBES.items() if pid in wanted)
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class RunRequest:
     out_dir: Path
     run_id: str
     forced_profile: str | None = None
+    html: bool = True  # write report.html beside the other reports
 
 
 def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = None) -> tuple[Path, Analysis]:
@@ -91,15 +97,29 @@ def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = 
     analysis = analyze(read_bundle(bundle_dir), req.checks, req.profiles, req.kb, req.forced_profile)
     analysis.meta.update({"run_id": req.run_id, "created": created, "preflight_version": __version__,
                           "bundle": "bundle"})
-    write_reports(run_dir, analysis)
+    write_reports(run_dir, analysis, req.html)
     return run_dir, analysis
 
 
-def write_reports(run_dir: Path, analysis: Analysis) -> None:
+def write_reports(run_dir: Path, analysis: Analysis, html: bool = True) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    for name, render in (("report.json", json_report.render), ("report.md", markdown.render),
-                         ("junit.xml", junit.render)):
-        path = run_dir / name
-        tmp = path.with_name(f".{name}.tmp{os.getpid()}")
-        tmp.write_text(render(analysis))
-        os.replace(tmp, path)
+    writers = [("report.json", json_report.render), ("report.md", markdown.render), ("junit.xml", junit.render)]
+    if html:
+        plots = soak_plot_bytes(run_dir, analysis.meta.get("soak_plots") or {})
+        writers.append(("report.html", lambda a: html_report.render(a, plots)))
+    for name, render in writers:
+        write_atomic(run_dir / name, render(analysis))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Readers (node_exporter, a browser, CI) never see a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def soak_plot_bytes(run_dir: Path, named: dict[str, str]) -> dict[str, bytes]:
+    """The PNGs named by ``analysis.meta["soak_plots"]`` (host -> path relative to the run
+    directory, as ``preflight.soak.plots.plot_soak`` wrote them), for embedding in report.html;
+    one that is gone is left out rather than failing the reports."""
+    return {host: (run_dir / rel).read_bytes() for host, rel in named.items() if (run_dir / rel).is_file()}

@@ -21,10 +21,17 @@ from __future__ import annotations
 import math
 
 import pytest
-
 import soak_scenarios
 from ctx import make_host, run_check
-from derived import MLX5_CMD_TIMEOUT_DMESG, cx8_ibstat, doca_ethtool, doca_ofed_info, h200_node_xml, with_gpu_values
+from derived import (
+    MLX5_CMD_TIMEOUT_DMESG,
+    cx8_ibstat,
+    doca_ethtool,
+    doca_ofed_info,
+    h200_node_xml,
+    with_gpu_values,
+)
+
 from preflight.diagnosis import FleetRule, KnowledgeBase, Rule, diagnose, load_knowledge
 from preflight.model import Finding, Status
 from preflight.soak.analysis import analyze as analyze_soak
@@ -45,7 +52,7 @@ def on_host(symptoms, host="gpu01"):
 
 
 def signature(rule: Rule) -> set[str]:
-    return set(rule.all) | ({sorted(rule.any)[0]} if rule.any else set())
+    return set(rule.all) | ({min(rule.any)} if rule.any else set())
 
 
 def carries_rule(diagnoses, rule: Rule) -> list:
@@ -107,7 +114,7 @@ def fleet(n, affected, symptom, extra=None):
 
 @pytest.mark.parametrize("rule", EVERY)
 def test_every_host_positive(rule: FleetRule):
-    symptom = sorted(rule.any)[0]
+    symptom = min(rule.any)
     n = max(rule.min_hosts, 3)
     diagnoses = diagnose(fleet(n, n, symptom), KB)
     [shared] = [d for d in diagnoses if d.cause == rule.cause]
@@ -121,7 +128,7 @@ def test_every_host_positive(rule: FleetRule):
 
 @pytest.mark.parametrize("rule", EVERY)
 def test_every_host_negative(rule: FleetRule):
-    symptom = sorted(rule.any)[0]
+    symptom = min(rule.any)
     n = max(rule.min_hosts, 3)
     one_passes = diagnose(fleet(n, n - 1, symptom), KB)
     assert not [d for d in one_passes if d.cause == rule.cause]
@@ -149,7 +156,7 @@ def test_few_hosts_positive(rule: FleetRule):
 @pytest.mark.parametrize("rule", FEW)
 def test_few_hosts_negative(rule: FleetRule):
     n = max(rule.min_hosts, math.ceil(1 / rule.max_fraction))
-    symptom = sorted(rule.any)[0]
+    symptom = min(rule.any)
     half = diagnose(fleet(2 * n, n, symptom), KB)
     assert half and not [d for d in half if "only " in d.evidence]
     small = diagnose(fleet(rule.min_hosts - 1, 1, symptom), KB)
@@ -183,6 +190,24 @@ def test_bad_fleet_rules_are_refused(tmp_path, entry, message):
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump([entry]))
     with pytest.raises(PlaybookError, match=message):
         load_knowledge(tmp_path)
+
+
+def test_causes_with_a_non_text_item_are_refused(tmp_path):
+    """`- Check lspci -d 15b3: for ...` unquoted is a mapping to YAML, not an action."""
+    from preflight.diagnosis import PlaybookError
+
+    (tmp_path / "causes.yaml").write_text("x:\n  title: X\n  actions:\n    - Check lspci -d 15b3: for the NICs\n")
+    (tmp_path / "rules.yaml").write_text("[]\n")
+    with pytest.raises(PlaybookError, match="cause 'x': every item of actions must be text"):
+        load_knowledge(tmp_path)
+
+
+def test_several_rules_reaching_one_cause_on_a_host_give_one_diagnosis():
+    """Three rules of rules.yaml name nic-fw-driver-mismatch for this evidence: one diagnosis,
+    the strongest rule's, carrying every symptom they used."""
+    diagnoses = diagnose(on_host({"nic-fw-driver-mismatch", "nccl-hang", "mlx5-cmd-timeout"}), KB)
+    assert [(d.cause, d.confidence) for d in diagnoses] == [("nic-fw-driver-mismatch", "high")]
+    assert set(diagnoses[0].symptoms) == {"nic-fw-driver-mismatch", "nccl-hang", "mlx5-cmd-timeout"}
 
 
 # ---- the seed field table -----------------------------------------------------------------------
@@ -283,7 +308,7 @@ def test_seed_fleet_one_hot_host_is_that_host():
 
 
 def test_seed_fleet_all_hosts_slow_alike_is_configuration():
-    slow = [Finding("nccl-all-reduce", f"gpu{i:02d}", Status.FAIL, f"busbw 310 GB/s, expected >= 430", ("nccl-low-bandwidth",))
+    slow = [Finding("nccl-all-reduce", f"gpu{i:02d}", Status.FAIL, "busbw 310 GB/s, expected >= 430", ("nccl-low-bandwidth",))
             for i in range(1, 9)]
     inventory = [Finding("fleet-consistency", f"gpu{i:02d}", Status.PASS, "same driver / CUDA as the fleet")
                  for i in range(1, 9)]

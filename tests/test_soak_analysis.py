@@ -15,15 +15,8 @@ import soak_scenarios as S
 
 from preflight.diagnosis import diagnose, load_knowledge
 from preflight.model import Status
-from preflight.soak import (
-    SoakDataError,
-    SoakMeta,
-    analyze,
-    analyze_soak,
-    read_soak,
-    write_soak,
-)
-from preflight.soak.data import SLOWDOWN_COLUMN
+from preflight.soak.analysis import analyze, analyze_soak
+from preflight.soak.data import SLOWDOWN_COLUMN, SoakDataError, SoakMeta, read_soak, write_soak
 
 
 def _by_check(result, host=None):

@@ -1,22 +1,8 @@
-"""Soak telemetry: reading a ``preflight-soak/1`` directory and judging it.
+"""Soak: the node-side agent, the controller that runs it, and the judgement of its data.
 
-``data`` reads, validates and writes the directory; ``analysis`` turns it into findings and
-the report's ``soak`` section; ``plots`` (needs matplotlib, the ``plots`` extra) draws one PNG
-per host. Plots are not imported here so that judging a soak never needs matplotlib.
+``agent`` runs on a node (shipped as source; stdlib + pynvml + torch); ``controller`` starts,
+follows and collects agents (``preflight soak``); ``data`` reads, validates and writes a
+``preflight-soak/1`` directory; ``analysis`` turns it into findings and the report's ``soak``
+section; ``plots`` draws one PNG per host. Nothing is imported here: pandas and matplotlib
+cost a second at start-up, and most commands never need them.
 """
-
-from .analysis import HostSoak, SoakResult, Thresholds, analyze, analyze_soak
-from .data import (
-    FORMAT,
-    SoakData,
-    SoakDataError,
-    SoakMeta,
-    frames_from_samples,
-    read_soak,
-    write_soak,
-)
-
-__all__ = [
-    "FORMAT", "HostSoak", "SoakData", "SoakDataError", "SoakMeta", "SoakResult", "Thresholds",
-    "analyze", "analyze_soak", "frames_from_samples", "read_soak", "write_soak",
-]

@@ -1,0 +1,304 @@
+"""nccl all_reduce on one node: does it finish, are its results right, is it steady, is it fast.
+
+Input: the nccl-all-reduce probe (preflight/nccl_probe.py), all_reduce_perf (or its torch
+fallback) run several times, each repetition closed by a marker with its exit code. Plain
+all_reduce_perf output saved without markers is judged too, each run counting as a repetition.
+
+How faulty is told from normal:
+- Hang (``nccl-hang``, FAIL): a repetition stopped by its timeout (exit 124, or 137 when
+  SIGTERM did not end it and timeout's SIGKILL did), one the probe's own timeout cut off, or, in
+  plain output, a run that never reached its "Avg bus bandwidth" footer: a healthy
+  all_reduce_perf always prints it. (A capture cut by hand looks the same; the summary says so.)
+- Failure (``nccl-failed``, FAIL): a repetition that exited non-zero otherwise, printed
+  nccl-tests' "Test ... failure", or exited 0 without a complete table.
+- Intermittent (``nccl-unstable``, FAIL): some repetitions hang or fail while others pass, the
+  field sign of NIC firmware the driver does not expect.
+- Variation (``nccl-unstable``, WARN): the coefficient of variation (sample stdev / mean) of busbw at the
+  largest size over the passing repetitions above ``CV_TOLERANCE`` (5%). A chosen tolerance:
+  room for boost clocks and the noise between back-to-back runs, well under the drop a link
+  that retrains or a GPU that throttles causes.
+- Corruption (``nccl-data-corruption``, FAIL): ``#wrong`` > 0 or "Out of bounds values" > 0 in any
+  repetition, on a single GPU too.
+- Bandwidth (``nccl-low-bandwidth``): busbw at the largest size (the higher of out-of-place and
+  in-place: the same bytes over the same links; the torch fallback measures in-place only),
+  median over the passing repetitions, against the profile's ``nccl.all_reduce_busbw_gbs``.
+  Judged only when the largest size is at least 1 GiB (smaller messages do not reach the link
+  rate; with NVLS even 256 MB is too small: FACTS §3), the run is all_reduce on one host, and
+  it had as many ranks as the profile has GPUs (its figure is for the whole board). Below 85%
+  of the figure WARNs: the figures are measured peaks, and 15% absorbs NCCL versions and
+  run-to-run noise, while the ring-class figure (~370 against ~480 GB/s with NVLS on 8 x
+  H100/H200, FACTS §3) falls below the line, as it should on a board where NVLS is the
+  default. Below 50% FAILs: more than any algorithm choice explains, so a link or GPU is
+  missing from the path. No figure in the profile: the figure is reported, not judged.
+- Single GPU (one rank): no inter-GPU traffic, busbw is 0 by definition, so bandwidth is not
+  applicable (SKIP), but a hang or corruption still FAILs.
+- NCCL log lines (``NCCL_SIGNATURES`` in preflight/parsers/nccl_tests.py) become symptoms:
+  transport errors FAIL, degraded paths and unknown WARN lines WARN, and "no IB device", which
+  is expected when all ranks are on one host, is only noted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from statistics import mean, median, stdev
+
+from preflight.model import Evidence
+from preflight.nccl_probe import PROBE_ID, NcclProbeOutput, Repetition
+from preflight.parsers.nccl_tests import NcclRow, NcclRun, largest_row
+from preflight.plugin import error, fail, host_check, ok, skip, warn
+
+CV_TOLERANCE = 0.05
+LOW_WARN = 0.85  # of the profile's figure
+LOW_FAIL = 0.50
+MIN_JUDGED_BYTES = 1 << 30
+# NCCL reports these when a transfer or connection failed: the collective cannot be trusted.
+FATAL_SIGNATURES = ("nccl-ib-retry-exceeded", "nccl-ib-completion-error", "nccl-ib-qp-timeout",
+                    "nccl-net-unreachable", "nccl-socket-refused")
+SINGLE_HOST_EXPECTED = ("nccl-no-ib-device",)
+_REDUCTIONS = {"sum", "prod", "min", "max", "avg"}
+
+
+@host_check("nccl-all-reduce", probes=[PROBE_ID],
+            summary="nccl all_reduce: completes, right results, steady across repetitions, busbw vs profile")
+def nccl_all_reduce(host):
+    if host.result(PROBE_ID) is None:
+        return skip("not run: an active test (`preflight run` without --quick runs it)")
+    out: NcclProbeOutput = host.nccl
+    v = _Verdict()
+    reps = out.repetitions
+    states = [(rep, *_state(rep, out)) for rep in reps]
+    passed = [rep for rep, state, _ in states if state == "passed"]
+    v.data.update(tool=out.tool, repetitions=len(reps), passed=[r.number for r in passed],
+                  hung=[r.number for r, state, _ in states if state == "hung"],
+                  failed=[r.number for r, state, _ in states if state == "failed"])
+    _judge_completion(host, out, states, v)
+    _judge_corruption(host, reps, v)
+    single = _judge_bandwidth(host, [r for r in passed if _main_run(r)], v)
+    _judge_signatures(host, out, reps, v)
+
+    summary = "; ".join(v.fails + v.warns + v.infos)
+    if not reps and not v.fails:
+        return error(f"no all_reduce result in the output{'; ' + summary if summary else ''}",
+                     symptoms=v.symptoms, evidence=v.evidence, data=v.data)
+    if v.fails:
+        return fail(summary, symptoms=v.symptoms, evidence=v.evidence, data=v.data)
+    if v.warns:
+        return warn(summary, symptoms=v.symptoms, evidence=v.evidence, data=v.data)
+    if single:
+        return skip(summary, evidence=v.evidence, data=v.data)
+    return ok(summary, evidence=v.evidence, data=v.data)
+
+
+class _Verdict:
+    """What the judges found: phrases for the summary by severity, symptoms, evidence, data."""
+
+    def __init__(self) -> None:
+        self.fails: list[str] = []
+        self.warns: list[str] = []
+        self.infos: list[str] = []
+        self.symptoms: list[str] = []
+        self.evidence: list[Evidence | None] = []
+        self.data: dict = {}
+
+    def add(self, severity: str, phrase: str, symptom: str | None = None, *evidence: Evidence | None) -> None:
+        {"fail": self.fails, "warn": self.warns, "info": self.infos}[severity].append(phrase)
+        if symptom and symptom not in self.symptoms:
+            self.symptoms.append(symptom)
+        self.evidence.extend(evidence)
+
+
+# --------------------------------------------------------------------------- repetitions
+
+
+def _state(rep: Repetition, out: NcclProbeOutput) -> tuple[str, str]:
+    """("passed" | "hung" | "failed", why) for one repetition."""
+    errors = [e for run in rep.runs for e in run.errors]
+    complete = bool(rep.runs) and all(run.complete for run in rep.runs)
+    if rep.timed_out:
+        return "hung", f"stopped by its timeout after {rep.seconds} s (exit {rep.exit_code})"
+    if rep.exit_code is None:
+        if out.cut_off and rep is out.repetitions[-1]:
+            return "hung", "still running when the probe's own timeout stopped it"
+        if errors:
+            return "failed", errors[0]
+        if not complete:
+            return "hung", ("stopped before its 'Avg bus bandwidth' footer "
+                            "(hung, crashed, or the capture was cut)")
+        return "passed", ""
+    if rep.exit_code != 0:
+        return "failed", f"exit {rep.exit_code}" + (f": {errors[0]}" if errors else "")
+    if errors:
+        return "failed", errors[0]
+    if not complete:
+        return "failed", "exited 0 without a complete results table"
+    return "passed", ""
+
+
+def _judge_completion(host, out: NcclProbeOutput, states: list[tuple[Repetition, str, str]],
+                      v: _Verdict) -> None:
+    total = len(states)
+    for kind, symptom in (("hung", "nccl-hang"), ("failed", "nccl-failed")):
+        these = [(rep.number, why) for rep, state, why in states if state == kind]
+        if these:
+            numbers = [n for n, _ in these]
+            first, why = these[0]
+            v.add("fail", f"{len(these)} of {total} repetitions {kind} (#{first}: {why})", symptom,
+                  _marker_evidence(host, numbers) if out.marked else _tail_evidence(host))
+    passed = sum(1 for _, state, _ in states if state == "passed")
+    if 0 < passed < total:
+        v.add("fail", f"intermittent: {passed} of {total} repetitions passed", "nccl-unstable")
+
+
+def _marker_evidence(host, numbers: list[int]) -> Evidence | None:
+    wanted = "|".join(str(n) for n in numbers)
+    return host.excerpt(PROBE_ID, rf"^# preflight: repetition (?:{wanted}) exit=", context=1)
+
+
+def _tail_evidence(host) -> Evidence:
+    lines = [line.strip() for line in host.result(PROBE_ID).text.splitlines() if line.strip()]
+    return Evidence(PROBE_ID, "\n".join(lines[-3:]))
+
+
+def _judge_corruption(host, reps: tuple[Repetition, ...], v: _Verdict) -> None:
+    wrong_rows = [(rep.number, row) for rep in reps for run in rep.runs for row in run.rows if _wrong(row)]
+    out_of_bounds = sum(run.out_of_bounds or 0 for rep in reps for run in rep.runs)
+    wrong = sum(_wrong(row) for _, row in wrong_rows)
+    v.data["wrong"] = wrong
+    v.data["out_of_bounds"] = out_of_bounds
+    if not wrong and not out_of_bounds:
+        return
+    where = sorted({n for n, _ in wrong_rows})
+    sizes = sorted({row.size_bytes for _, row in wrong_rows})
+    phrase = (f"wrong results: {wrong} wrong values at {', '.join(_size(s) for s in sizes[:4])}"
+              f" in repetition(s) {', '.join(map(str, where))}" if wrong
+              else f"wrong results: {out_of_bounds} out-of-bounds values")
+    size_rx = "|".join(str(s) for s in sizes[:4]) or "x^"
+    v.add("fail", phrase, "nccl-data-corruption",
+          host.excerpt(PROBE_ID, rf"^\s*(?:{size_rx})\s+\d+\s+\S", limit=4),
+          host.excerpt(PROBE_ID, r"Out of bounds values\s*:\s*[1-9]", limit=2))
+
+
+def _wrong(row: NcclRow) -> int:
+    halves = [row.in_place] + ([row.out_of_place] if row.out_of_place else [])
+    return sum(h.wrong or 0 for h in halves)
+
+
+# --------------------------------------------------------------------------- bandwidth
+
+
+def _main_run(rep: Repetition) -> NcclRun | None:
+    """The repetition's run with results (the last, when a capture holds several)."""
+    with_rows = [run for run in rep.runs if run.rows]
+    return with_rows[-1] if with_rows else None
+
+
+def _busbw(row: NcclRow) -> float:
+    return max(row.in_place.busbw, row.out_of_place.busbw if row.out_of_place else 0.0)
+
+
+def _judge_bandwidth(host, passed: list[Repetition], v: _Verdict) -> bool:
+    """Judge busbw over the passing repetitions; True when the run was on a single GPU."""
+    if not passed:
+        return False
+    runs = [_main_run(r) for r in passed]
+    nranks = Counter(run.nranks for run in runs).most_common(1)[0][0]
+    v.data["nranks"] = nranks
+    if nranks == 1:
+        v.add("info", f"single GPU: bandwidth not applicable ({len(passed)} of "
+                      f"{v.data['repetitions']} repetitions completed)")
+        return True
+    largest = max(largest_row(run).size_bytes for run in runs)
+    figures = [(rep.number, _busbw(largest_row(run))) for rep, run in zip(passed, runs)
+               if largest_row(run).size_bytes == largest]
+    values = [b for _, b in figures]
+    middle = median(values)
+    cv = stdev(values) / mean(values) if len(values) > 1 and mean(values) > 0 else None
+    v.data.update(largest_bytes=largest, busbw_gbs=dict(figures), busbw_median_gbs=middle, cv=cv)
+    on = f" on {nranks} GPUs" if nranks else ""
+    measured = (f"busbw {middle:.1f} GB/s at {_size(largest)}{on}"
+                + (f" (median of {len(values)}, CV {cv:.1%})" if cv is not None else ""))
+    rows = host.excerpt(PROBE_ID, rf"^\s*{largest}\s+\d+\s+\S+", limit=3)
+    if cv is not None and cv > CV_TOLERANCE:
+        spread = ", ".join(f"#{n} {b:.1f}" for n, b in figures)
+        v.add("warn", f"busbw varies between repetitions: CV {cv:.1%} > {CV_TOLERANCE:.0%} ({spread} GB/s)",
+              "nccl-unstable", rows)
+
+    reason = _why_no_threshold(host, runs, nranks, largest)
+    if reason:
+        v.add("info", f"{measured}; {reason}", None, rows)
+        return False
+    expected = float(host.profile.get("nccl.all_reduce_busbw_gbs"))
+    v.data.update(expected_busbw_gbs=expected, threshold_gbs=expected * LOW_WARN)
+    ratio = middle / expected
+    versus = (f"{measured}, {ratio:.1%} of the {expected:g} GB/s {host.profile.id} expects"
+              f" (warn below {LOW_WARN:.0%}, fail below {LOW_FAIL:.0%})")
+    if ratio < LOW_FAIL:
+        v.add("fail", f"low bandwidth: {versus}", "nccl-low-bandwidth", rows)
+    elif ratio < LOW_WARN:
+        v.add("warn", f"low bandwidth: {versus}", "nccl-low-bandwidth", rows)
+    else:
+        v.add("info", versus, None, rows)
+    return False
+
+
+def _why_no_threshold(host, runs: list[NcclRun], nranks: int | None, largest: int) -> str | None:
+    """Why this measurement cannot be held against the profile's figure; None when it can."""
+    collective = _collective(runs[0])
+    hosts = {d.host for run in runs for d in run.devices}
+    expected = host.profile.get("nccl.all_reduce_busbw_gbs")
+    gpus = host.profile.gpu_count
+    if collective != "all_reduce":
+        return f"a {collective} run, not all_reduce: no threshold"
+    if largest < MIN_JUDGED_BYTES:
+        return f"largest size below {_size(MIN_JUDGED_BYTES)}: a connectivity run, no bandwidth threshold"
+    if len(hosts) > 1:
+        return f"ranks on {len(hosts)} hosts: the single-node figure does not apply"
+    if expected is None:
+        return f"profile {host.profile.id} has no all_reduce figure: reported, not judged"
+    if nranks is None:
+        return "rank count not in the output: not judged against the profile"
+    if gpus is not None and nranks != gpus:
+        return f"{nranks} ranks, but the {expected:g} GB/s of {host.profile.id} is for {gpus} GPUs: not judged"
+    return None
+
+
+def _collective(run: NcclRun) -> str:
+    if run.collective:
+        return run.collective
+    redops = {row.redop for row in run.rows}
+    # all_reduce_perf without its header: reductions carry an operator; gathers print "none".
+    if redops & _REDUCTIONS:
+        return "all_reduce"
+    return f"non-reduction (redop {'/'.join(sorted(redops)) or 'empty'})"
+
+
+# --------------------------------------------------------------------------- NCCL log lines
+
+
+def _judge_signatures(host, out: NcclProbeOutput, reps: tuple[Repetition, ...], v: _Verdict) -> None:
+    hosts = {d.host for rep in reps for run in rep.runs for d in run.devices}
+    seen: dict[str, list] = {}
+    for sig in out.signatures:
+        seen.setdefault(sig.symptom, []).append(sig)
+    noted = []
+    for symptom, sigs in seen.items():
+        if symptom in SINGLE_HOST_EXPECTED and len(hosts) <= 1:
+            noted.append(symptom)
+            continue
+        severity = "fail" if symptom in FATAL_SIGNATURES else "warn"
+        count = f" ({len(sigs)} lines)" if len(sigs) > 1 else ""
+        # The unknown WARN is best described by itself; the others by their meaning's lead.
+        what = (sigs[0].line.split("NCCL WARN", 1)[-1].strip()[:120] if symptom == "nccl-warn"
+                else re.split(r"[:;]|, so | \(", sigs[0].meaning)[0])
+        v.add(severity, f"NCCL: {what}{count}", symptom, Evidence(PROBE_ID, sigs[0].line[:300]))
+    v.data["signatures"] = list(seen)
+    if noted:
+        v.data["noted_signatures"] = noted
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} B"

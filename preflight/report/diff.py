@@ -1,0 +1,232 @@
+"""Run-to-run comparison of two ``report.json`` files (``preflight diff OLD NEW``, ``--baseline``).
+
+What a maintenance window needs to read: which hosts and checks got worse or better, which
+causes appeared or went away, and how the measured figures moved ("gpu017 nccl-all-reduce:
+busbw 362 -> 471 GB/s (+30.1%)").
+
+Statuses are ranked pass = skip < warn < error < fail; a change between equal ranks (pass to
+skip) is listed as "changed". A (host, check) with several findings is judged by its worst
+one, and its figures are the numeric scalars of its findings' ``data`` (first finding wins
+for a key two findings share; nested dicts are flattened one level as ``outer.inner``),
+plus the per-host figures of the report's ``soak`` section under the check name ``soak``.
+A figure that moved less than 1% is measurement noise between two runs and is not listed; a
+count that leaves zero always is (0 -> 1 is no rounding error). The unit is read from the
+key's suffix (``_gbs`` GB/s, ``_c`` °C, ``_mhz`` MHz, ``_w`` W, ``_pct`` %, ...).
+
+Only the two reports are read, never the bundles, so any two runs of any versions with the
+``preflight-report/1`` format compare.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPORT_FORMAT = "preflight-report/1"
+NOISE = 0.01
+_RANK = {"pass": 0, "skip": 0, "warn": 1, "error": 2, "fail": 3}
+_UNITS = (("_gbs", "GB/s"), ("_gbps", "GB/s"), ("_mhz", "MHz"), ("_pct", "%"), ("_mib", "MiB"),
+          ("_bytes", "B"), ("_us", "us"), ("_ms", "ms"), ("_s", "s"), ("_w", "W"), ("_c", "°C"))
+
+
+class ReportError(ValueError):
+    """A file that is not a readable ``preflight-report/1`` report."""
+
+
+@dataclass(frozen=True)
+class FigureChange:
+    name: str
+    old: float
+    new: float
+
+    @property
+    def label(self) -> str:
+        for suffix, _ in _UNITS:
+            if self.name.endswith(suffix) and len(self.name) > len(suffix):
+                return self.name[: -len(suffix)]
+        return self.name
+
+    @property
+    def unit(self) -> str:
+        return next((unit for suffix, unit in _UNITS if self.name.endswith(suffix) and len(self.name) > len(suffix)), "")
+
+    def text(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        change = f" ({(self.new - self.old) / abs(self.old):+.1%})" if self.old else ""
+        return f"{self.label} {_num(self.old)} -> {_num(self.new)}{unit}{change}"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One host's verdict, or one (host, check), in both runs; None where a run lacks it."""
+
+    host: str | None
+    check: str | None  # None: the host's overall verdict
+    old: str | None
+    new: str | None
+    old_summary: str = ""
+    new_summary: str = ""
+    figures: tuple[FigureChange, ...] = ()
+
+    @property
+    def direction(self) -> str:
+        """worse | better | changed | same | new | gone."""
+        if self.old is None:
+            return "new"
+        if self.new is None:
+            return "gone"
+        if _RANK[self.new] != _RANK[self.old]:
+            return "worse" if _RANK[self.new] > _RANK[self.old] else "better"
+        return "changed" if self.new != self.old else "same"
+
+    @property
+    def where(self) -> str:
+        return " ".join(p for p in (self.host or "fleet", self.check) if p)
+
+
+@dataclass(frozen=True)
+class CauseChange:
+    cause: str
+    host: str | None
+    appeared: bool  # False: it went away
+
+
+@dataclass(frozen=True)
+class ReportDiff:
+    old_run: str
+    new_run: str
+    hosts: tuple[Change, ...]  # every host of either run
+    checks: tuple[Change, ...]  # only (host, check) pairs whose status or figures moved
+    causes: tuple[CauseChange, ...]
+
+    @property
+    def worse(self) -> bool:
+        return (any(c.direction in ("worse", "new") and _RANK.get(c.new or "", 0) > 0 for c in self.hosts)
+                or any(c.direction == "worse" for c in self.checks)
+                or any(c.appeared for c in self.causes))
+
+
+def load_report(path: str | Path) -> dict:
+    """A report.json, given the file or the run directory holding it."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "report.json"
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such file (a run directory or its report.json)") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ReportError(f"{path}: not a readable JSON report ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != REPORT_FORMAT:
+        raise ReportError(f"{path}: not a {REPORT_FORMAT} report")
+    return doc
+
+
+def diff_reports(old: dict, new: dict) -> ReportDiff:
+    old_checks, new_checks = _by_check(old), _by_check(new)
+    checks = []
+    for key in sorted(old_checks.keys() | new_checks.keys(), key=lambda k: (k[0] or "", k[1])):
+        o, n = old_checks.get(key), new_checks.get(key)
+        figures = _figure_changes(o["figures"], n["figures"]) if o and n else ()
+        change = Change(key[0], key[1], o and o["status"], n and n["status"],
+                        o["summary"] if o else "", n["summary"] if n else "", figures)
+        if change.direction != "same" or figures:
+            checks.append(change)
+    old_hosts, new_hosts = old.get("hosts") or {}, new.get("hosts") or {}
+    hosts = tuple(Change(h, None, (old_hosts.get(h) or {}).get("status"), (new_hosts.get(h) or {}).get("status"))
+                  for h in sorted(old_hosts.keys() | new_hosts.keys()))
+    old_causes, new_causes = _causes(old), _causes(new)
+    causes = tuple([CauseChange(c, h, True) for c, h in sorted(new_causes - old_causes, key=_cause_key)]
+                   + [CauseChange(c, h, False) for c, h in sorted(old_causes - new_causes, key=_cause_key)])
+    order = {"worse": 0, "new": 1, "better": 2, "gone": 3, "changed": 4, "same": 5}
+    checks.sort(key=lambda c: (order[c.direction], c.host or "", c.check or ""))
+    return ReportDiff(_run_name(old), _run_name(new), hosts, tuple(checks), causes)
+
+
+def _run_name(report: dict) -> str:
+    return str(report.get("run_id") or report.get("created") or "?")
+
+
+def _by_check(report: dict) -> dict[tuple[str | None, str], dict]:
+    out: dict[tuple[str | None, str], dict] = {}
+    for f in report.get("findings") or []:
+        key = (f.get("host"), f.get("check", "?"))
+        slot = out.setdefault(key, {"status": f.get("status", "pass"), "summary": f.get("summary", ""),
+                                    "figures": {}})
+        if _RANK.get(f.get("status"), 0) > _RANK.get(slot["status"], 0):
+            slot["status"], slot["summary"] = f["status"], f.get("summary", "")
+        for name, value in _figures(f.get("data") or {}):
+            slot["figures"].setdefault(name, value)
+    for host, section in (report.get("soak") or {}).items():
+        if isinstance(section, dict):
+            slot = out.setdefault((host, "soak"), {"status": "pass", "summary": "soak", "figures": {}})
+            slot["figures"].update(_figures(section))
+    return out
+
+
+def _figures(data: dict, prefix: str = "") -> Iterable[tuple[str, float]]:
+    for key, value in data.items():
+        if isinstance(value, dict) and not prefix:
+            yield from _figures(value, f"{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            yield prefix + str(key), float(value)
+
+
+def _figure_changes(old: dict[str, float], new: dict[str, float]) -> tuple[FigureChange, ...]:
+    out = []
+    for name in sorted(old.keys() & new.keys()):
+        a, b = old[name], new[name]
+        if a == b:
+            continue
+        if a and abs(b - a) / abs(a) < NOISE:
+            continue
+        out.append(FigureChange(name, a, b))
+    return tuple(out)
+
+
+def _causes(report: dict) -> set[tuple[str, str | None]]:
+    return {(d.get("cause", "?"), h) for d in report.get("diagnoses") or [] for h in (d.get("hosts") or [None])}
+
+
+def _cause_key(item: tuple[str, str | None]) -> tuple[str, str]:
+    return item[0], item[1] or ""
+
+
+def _num(value: float) -> str:
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def render(diff: ReportDiff) -> str:
+    """Markdown: readable in a terminal as it is, and as ``diff.md`` in the run directory."""
+    out = [f"# preflight diff: {diff.old_run} -> {diff.new_run}", ""]
+    moved = [c for c in diff.hosts if c.direction != "same"]
+    same = len(diff.hosts) - len(moved)
+    out += ["## Hosts", ""]
+    out += [f"- {c.host}: {_arrow(c)} ({c.direction})" for c in moved]
+    out += [f"- {same} host{'s' if same != 1 else ''} unchanged" if moved else f"- all {same} hosts unchanged", ""]
+    if diff.causes:
+        out += ["## Diagnoses", ""]
+        out += [f"- {'new' if c.appeared else 'resolved'}: {c.cause} on {c.host or 'the fleet'}" for c in diff.causes]
+        out.append("")
+    out += ["## Checks", ""]
+    if not diff.checks:
+        out += ["No check changed its verdict or figures.", ""]
+    for c in diff.checks:
+        line = f"- {c.where}: {_arrow(c)} ({c.direction})" if c.direction != "same" else f"- {c.where}:"
+        if c.figures:
+            line += " " + "; ".join(f.text() for f in c.figures)
+        out.append(line)
+        if c.direction in ("worse", "better", "new") and c.new_summary:
+            out.append(f"  now: {c.new_summary}")
+    out.append("")
+    out.append("Something got worse." if diff.worse else "Nothing got worse.")
+    return "\n".join(out) + "\n"
+
+
+def _arrow(c: Change) -> str:
+    return f"{(c.old or '-').upper()} -> {(c.new or '-').upper()}"
