@@ -268,7 +268,13 @@ def test_example_acceptance_suite(run_pytest, pytester, tmp_path):
     # Not checked is not accepted: nvlink and the NIC check did not run here.
     assert "{'gpu01': None, 'gpu02': None}" in text
     assert "'gpu01': '235.3 < 475 GB/s'" in text
-    assert text.count("AssertionError: no soak results in this report") == 2
+    # Both soak criteria fail for want of soak data (how often pytest repeats the message
+    # depends on its output settings, so the short summary lines are what is checked).
+    result.stdout.fnmatch_lines([
+        "FAILED test_cluster_acceptance.py::test_soak_one_hour_without_thermal_slowdown*",
+        "FAILED test_cluster_acceptance.py::test_soak_throughput_decay_under_5_percent*",
+    ])
+    assert "AssertionError: no soak results in this report" in text
 
 
 def test_example_acceptance_suite_names_the_missing_gpu(run_pytest, pytester, fleet, tmp_path):
