@@ -16,6 +16,7 @@ from rich.console import Console
 
 from . import __version__
 from .bundle import BundleError, read_bundle
+from .datafile import positive
 from .diagnosis import PlaybookError, load_knowledge
 from .executor import ExecPlan, SshOptions
 from .inventory import InventoryInvalid, load_hosts_file, parse_host_list
@@ -34,17 +35,7 @@ class UsageError(Exception):
 INPUT_ERRORS = (InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError)
 
 
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-        return value
-
-    return parse
+_positive = positive
 
 
 def _size(text: str) -> int:

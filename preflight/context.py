@@ -191,7 +191,12 @@ class HostContext:
     def _ib(self):
         from dataclasses import replace
 
-        from .parsers.ibverbs import IbInventory, parse_ib_sysfs, parse_ibstat, parse_ibv_devinfo
+        from .parsers.ibverbs import (
+            IbInventory,
+            parse_ib_sysfs,
+            parse_ibstat,
+            parse_ibv_devinfo,
+        )
 
         failures: list[EvidenceMissing] = []
         unreadable: list[str] = []

@@ -29,8 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from .datafile import read_yaml
 from .model import Diagnosis, Finding, Status
 
 PLAYBOOK_DIR = Path(__file__).resolve().parent / "playbooks"
@@ -89,12 +88,7 @@ class KnowledgeBase:
 
 
 def _load_yaml(path: Path):
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise PlaybookError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    return read_yaml(path, PlaybookError)
 
 
 def load_knowledge(directory: Path = PLAYBOOK_DIR) -> KnowledgeBase:

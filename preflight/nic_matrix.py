@@ -34,8 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .datafile import read_yaml
 from .parsers.versions import (
     DOCA_OFED,
     INBOX,
@@ -197,14 +196,7 @@ def merge(base: dict[str, Any], policy: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise NicMatrixError(f"{path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise NicMatrixError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    data = read_yaml(path, NicMatrixError)
     if not isinstance(data, dict):
         raise NicMatrixError(f"{path}: expected a mapping in the {FORMAT} shape")
     if data.get("format", FORMAT) != FORMAT:

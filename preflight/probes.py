@@ -14,7 +14,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, replace
 
-from .nccl_probe import PROBE_ID as _NCCL_ID, SCRIPT as _NCCL_SCRIPT
+from .nccl_probe import PROBE_ID as _NCCL_ID
+from .nccl_probe import SCRIPT as _NCCL_SCRIPT
 
 # Exit status the remote `timeout` uses when it had to stop the command.
 TIMEOUT_EXIT = 124

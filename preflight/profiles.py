@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from .datafile import read_yaml
 
 PROFILE_DIR = Path(__file__).resolve().parent / "playbooks" / "profiles"
 GENERIC = "generic"
@@ -57,14 +57,7 @@ class Profile:
 
 
 def load_profile_file(path: Path) -> Profile:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ProfileError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    data = read_yaml(path, ProfileError)
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: a profile must be a YAML mapping")
     for key in ("id", "name"):

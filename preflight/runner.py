@@ -23,7 +23,8 @@ from .bundle import BundleWriter, read_bundle
 from .diagnosis import KnowledgeBase
 from .executor import ExecPlan, run_fleet, run_local
 from .model import Host, ProbeResult
-from .nccl_probe import PROBE_ID as NCCL_PROBE_ID, NcclOptions, with_options
+from .nccl_probe import PROBE_ID as NCCL_PROBE_ID
+from .nccl_probe import NcclOptions, with_options
 from .plugin import Check, CheckLoadError
 from .probes import PROBES, Probe
 from .profiles import Profile

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import yaml
+from .datafile import read_yaml
 
 CATALOG_PATH = Path(__file__).resolve().parent / "playbooks" / "xid.yaml"
 FORMAT = "preflight-xid-catalog/1"
@@ -48,10 +48,7 @@ class XidCatalog:
 @cache
 def load_xid_catalog(path: Path = CATALOG_PATH) -> XidCatalog:
     """The catalog at ``path``; raises XidCatalogError naming the file and the bad entry."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise XidCatalogError(f"{path}: cannot read the Xid catalog ({exc})") from None
+    data = read_yaml(path, XidCatalogError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise XidCatalogError(f"{path}: not a {FORMAT} file")
     buckets = {name: str(body.get("meaning", "")) for name, body in (data.get("actions") or {}).items()}

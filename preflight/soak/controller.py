@@ -44,7 +44,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ..executor import SshOptions, describe_connect_error, open_connection, run_on_connection
+from ..datafile import positive
+from ..executor import (
+    SshOptions,
+    describe_connect_error,
+    open_connection,
+    run_on_connection,
+)
 from ..inventory import InventoryInvalid, load_hosts_file, parse_host_list
 from ..model import Host
 from ..parsers.nvidia_smi import reasons_from_bitmask
@@ -730,14 +736,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
+_positive = positive(float)
 
 
 def plan_from_args(args, local_name: str, run_id: str) -> SoakPlan:
