@@ -1,11 +1,24 @@
-"""Rebuild the example bundles under examples/ from the real captures in tests/fixtures/corpus.
+"""Rebuild the example bundle examples/h200-fleet from the simulated nodes of tests/nodes.py.
 
-    python examples/build_examples.py
+    sudo python3 examples/build_examples.py
 
-Each host of an example is a real capture (or one derived from a real capture, see
-tests/derived.py); examples/<name>/SOURCES.tsv says which file each probe output came from.
-The bundles are committed so that `preflight analyze examples/<name>` works on a fresh
-install with no cluster; this script exists so they can be re-made and reviewed.
+The example is what `preflight run` saw on a fleet of nine HGX H200 nodes: five healthy, and
+one fault each from the issues the checks were built for:
+
+    gpu006  ConnectX-7 firmware older than its DOCA driver ships, mlx5 command timeouts in the
+            kernel log, and an all_reduce that hangs every other run (the field lesson)
+    gpu007  one NVLink of GPU2 inactive
+    gpu008  another GPU driver than the rest of the fleet
+    gpu009  down: SSH connection refused
+
+It is made the way a real one is: the nodes run in a simulated cluster (tests/simcluster.py:
+network namespaces with a real sshd each, answering every probe with the node's recorded
+outputs) and `preflight run --hosts` writes the bundle over SSH, with preflight's own bundle
+writer. That needs what the end-to-end tests need: root, iproute2 and openssh-server. Each
+node's outputs are real captures or derivations of them (tests/nodes.py, tests/derived.py);
+examples/h200-fleet/SOURCES.tsv names, per host and probe, the capture and every fault edit.
+The bundle is committed so that `preflight analyze examples/h200-fleet` works on a fresh
+install with no cluster; this script exists so it can be re-made and reviewed.
 """
 
 from __future__ import annotations
@@ -13,62 +26,96 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from derived import CORPUS, h200_node_xml  # noqa: E402
+import nodes
+from simcluster import SimCluster, SimHost
 
-CREATED = "2026-11-29T09:30:00+00:00"
+from preflight.cli import main
+from preflight.probes import PROBES
 
-
-def corpus(rel: str) -> tuple[bytes, str]:
-    return (CORPUS / rel).read_bytes(), f"tests/fixtures/corpus/{rel}"
-
-
-def derived(gpus: int = 8, driver: str | None = None) -> tuple[bytes, str]:
-    what = f"tests/derived.py h200_node_xml(gpus={gpus}, driver={driver!r}) from h200-vm/smi-q.xml"
-    return h200_node_xml(gpus, driver).encode(), what
-
-
-# host -> probe id -> (bytes, source) for a clean run, or a dict: the probe's .json alone.
-H200_FLEET = {
-    "gpu001": {"nvidia-smi-q-x": derived()},
-    "gpu002": {"nvidia-smi-q-x": derived()},
-    "gpu003": {"nvidia-smi-q-x": derived()},
-    "gpu004": {"nvidia-smi-q-x": derived(gpus=7)},
-    "gpu005": {"nvidia-smi-q-x": derived(driver="570.195.03")},
-    "gpu006": {"nvidia-smi-q-x": {"command": ["nvidia-smi", "-q", "-x"], "exit_code": 127,
-                                  "stderr": "sh: 1: nvidia-smi: not found", "timed_out": False}},
-    "gpu007": {"nvidia-smi-q-x": {"command": ["nvidia-smi", "-q", "-x"], "exit_code": None, "timed_out": False,
-                                  "error": "connection refused: [Errno None] Unable to connect to port 22 on gpu007"}},
-    "h200-vm": {"nvidia-smi-q": corpus("h200-vm/smi-q.txt")},
+OLD_FW = "28.45.1020"  # what DOCA 3.0.0 ships; the nodes run DOCA 3.1.0 (28.46.1006)
+# host -> the faults applied to its healthy node, in order: (function, keyword arguments)
+FLEET: dict[str, list[tuple]] = {
+    **{f"gpu00{i}": [] for i in range(1, 6)},
+    "gpu006": [(nodes.nic_firmware, {"firmware": OLD_FW}), (nodes.mlx5_timeouts, {"nic": 0}),
+               (nodes.nccl_flaky, {})],
+    "gpu007": [(nodes.nvlink_inactive, {"gpu": 2, "link": 5})],
+    "gpu008": [(nodes.gpu_driver, {"version": "570.195.03"})],
 }
+DOWN = "gpu009"
+RUN = ["--nccl-reps", "3", "--nccl-timeout", "5", "--nccl-max-bytes", "8G"]
+# Which recorded command lines (tests/nodes.py) each probe's output comes from.
+PROBE_LINES = {**{pid: [" ".join(p.argv)] for pid, p in PROBES.items() if p.argv[0] != "sh"},
+               "ib-sysfs": ["sysfs"], "ethtool-i": [nodes.ETHTOOL], "kernel-log": [nodes.DMESG],
+               "nccl-all-reduce": [nodes.SMI_L, "all_reduce_perf"]}
 
 
-def build(name: str, hosts: dict) -> None:
-    root = HERE / name
-    shutil.rmtree(root, ignore_errors=True)
-    (root / "hosts").mkdir(parents=True)
-    (root / "bundle.json").write_text(json.dumps(
-        {"format": "preflight-bundle/1", "created": CREATED, "hosts": list(hosts),
-         "example": f"built by examples/build_examples.py; sources in SOURCES.tsv"}, indent=2) + "\n")
-    sources = ["host\tprobe\tsource"]
-    for host, probes in hosts.items():
-        d = root / "hosts" / host
-        d.mkdir()
-        for probe, content in probes.items():
-            if isinstance(content, dict):
-                (d / f"{probe}.json").write_text(json.dumps(content, indent=2) + "\n")
-                sources.append(f"{host}\t{probe}\t(no output: {content.get('error') or content.get('stderr')})")
-            else:
-                data, source = content
-                (d / f"{probe}.txt").write_bytes(data)
-                sources.append(f"{host}\t{probe}\t{source}")
-    (root / "SOURCES.tsv").write_text("\n".join(sources) + "\n")
+def build_node(name: str, faults: list[tuple]) -> tuple[SimHost, dict[str, list[str]]]:
+    """The node, and per recorded command line the faults that changed its output."""
+    node = nodes.healthy_h200(name)
+    edits: dict[str, list[str]] = {}
+    for fault, kwargs in faults:
+        before = node
+        node = fault(node, **kwargs)
+        label = f"{fault.__name__}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+        changed = [line for line in node.commands if node.commands[line] != before.commands.get(line)]
+        changed += ["sysfs"] if node.sysfs != before.sysfs else []
+        for line in changed:
+            edits.setdefault(_key(line), []).append(label)
+    return node, edits
+
+
+def _key(line: str) -> str:
+    return "all_reduce_perf" if line.startswith("all_reduce_perf ") else line
+
+
+def sources(host: str, probe: str, edits: dict[str, list[str]]) -> str:
+    parts = []
+    for line in PROBE_LINES.get(probe, []):
+        origin = nodes.ORIGIN[_key(line)]
+        faults = edits.get(_key(line))
+        parts.append(origin + (f"; then {' + '.join(faults)} (tests/nodes.py)" if faults else ""))
+    return " | ".join(parts) or "(no recorded command)"
+
+
+def build(target: Path) -> None:
+    built = {name: build_node(name, faults) for name, faults in FLEET.items()}
+    hosts = [node for node, _ in built.values()] + [SimHost(DOWN, down=True)]
+    with tempfile.TemporaryDirectory(prefix="h200-fleet-") as work:
+        work = Path(work)
+        with SimCluster(hosts, work) as cluster:
+            code = main(["run", "--hosts", str(cluster.hosts_file), "--ssh-config", str(cluster.ssh_config),
+                         "--known-hosts", str(cluster.known_hosts), "--identity", str(cluster.identity),
+                         "--out", str(work / "reports"), "--run-id", "example", "-q", "--no-html", *RUN])
+        if code != 1:
+            raise SystemExit(f"expected the faulty fleet to fail (exit 1), got {code}")
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(work / "reports" / "example" / "bundle", target)
+    header = json.loads((target / "bundle.json").read_text())
+    header["example"] = ("built by examples/build_examples.py from the simulated nodes of tests/nodes.py "
+                         "over SSH; sources in SOURCES.tsv")
+    (target / "bundle.json").write_text(json.dumps(header, indent=2) + "\n")
+    rows = ["host\tprobe\tsource"]
+    for host in [*FLEET, DOWN]:
+        edits = built[host][1] if host in built else {}
+        missing: dict[str, list[str]] = {}  # why there is no output -> probes
+        for meta in sorted((target / "hosts" / host).glob("*.json")):
+            probe = meta.stem
+            if (target / "hosts" / host / f"{probe}.txt").is_file():
+                rows.append(f"{host}\t{probe}\t{sources(host, probe, edits)}")
+                continue
+            why = json.loads(meta.read_text())
+            missing.setdefault(str(why.get("error") or why.get("stderr") or why["exit_code"]), []).append(probe)
+        for why, probes in missing.items():
+            rows.append(f"{host}\t{','.join(probes)}\t(no output: {why})")
+    (target / "SOURCES.tsv").write_text("\n".join(rows) + "\n")
 
 
 if __name__ == "__main__":
-    build("h200-fleet", H200_FLEET)
+    build(HERE / "h200-fleet")
     print("wrote", HERE / "h200-fleet")

@@ -165,7 +165,10 @@ def diagnose(findings: list[Finding], kb: KnowledgeBase) -> list[Diagnosis]:
     merged: dict[tuple[str, str, str], dict] = {}
     for host, host_findings in by_host.items():
         for cand in candidates[host]:
-            evidence_finding = next((f for f in host_findings if cand.symptoms & set(f.symptoms)), None)
+            # The finding that names the cause itself speaks for it (its action is the specific
+            # one, e.g. the firmware version to flash), not an echo it explains (a hung all_reduce).
+            evidence_finding = (next((f for f in host_findings if cand.cause in f.symptoms), None)
+                                or next((f for f in host_findings if cand.symptoms & set(f.symptoms)), None))
             action = cand.action or (evidence_finding.data.get("action") if evidence_finding else None)
             action = action or kb.causes[cand.cause].actions[0]
             key = (cand.cause, cand.confidence, action)

@@ -259,3 +259,57 @@ def nic_pcie_limited_dmesg() -> str:
     return (line.replace("pci 0000:04:00.0", "mlx5_core 0000:04:00.0")
             .replace("252.048 Gb/s available PCIe bandwidth, limited by 16.0 GT/s PCIe x16",
                      "126.024 Gb/s available PCIe bandwidth, limited by 16.0 GT/s PCIe x8") + "\n")
+
+
+# ---- Multi-node all_reduce through mpirun (preflight/multinode.py, checks/nccl_multinode.py) ----
+# The corpus holds no complete multi-node all_reduce_perf output. Its real multi-node H200 table
+# is nccl-tests/gcp-a3-ultra-h200-2node-allgather-rdma-healthy.txt (2 x 8 H200 + 8 CX-7 RoCE
+# per node, all_gather up to 8 GiB, ~329-336 GB/s busbw); busbw is normalised to the link rate
+# for every collective (nccl-tests doc/PERFORMANCE.md), so its rows stand for all_reduce rows
+# on the same fabric with the redop none -> sum and the count made per-rank-total (size / 4).
+# Around them go the header, settings and device lines of the real H200 run
+# (h200-vm/all_reduce_1gpu.txt), one device line per rank, and mpirun --tag-output's "[1,0]<stdout>:"
+# on every line rank 0 prints.
+
+A3_ULTRA = CORPUS / "nccl-tests" / "gcp-a3-ultra-h200-2node-allgather-rdma-healthy.txt"
+H200_RUN = CORPUS / "h200-vm" / "all_reduce_1gpu.txt"
+
+
+def mpirun_all_reduce(hosts: list[str], gpus: int = 8, busbw_scale: float = 1.0, rows: int | None = None) -> str:
+    """What rank 0 prints for all_reduce_perf -g 1 under mpirun over ``hosts`` x ``gpus`` ranks.
+    ``busbw_scale`` scales algbw and busbw (the inter-node-only split runs one NIC per
+    communicator: 1/8 of the 8-NIC figure); ``rows`` cuts the table after that many rows,
+    without footer, as a run that hangs leaves it."""
+    real = H200_RUN.read_text().split("\n")
+    head = [line for line in real[:4] if line.startswith("#")]
+    head[2] = re.sub(r"minBytes \d+ maxBytes \d+ step: \d+\(factor\)",
+                     "minBytes 1024 maxBytes 8589934592 step: 2(factor)", head[2])
+    device = next(line for line in real if line.startswith("#  Rank"))
+    devices = [device.replace("Rank  0", f"Rank {r:2d}").replace("Pid   1183", f"Pid {4100 + r % gpus:6d}")
+               .replace("        vm", f"{hosts[r // gpus]:>10}").replace("device  0", f"device {r % gpus:2d}")
+               for r in range(len(hosts) * gpus)]
+    table = A3_ULTRA.read_text().rstrip("\n").split("\n")
+    body = []
+    for line in table:
+        if re.match(r"\s+\d", line):
+            cells = line.split()
+            cells[1], cells[3] = str(int(cells[0]) // 4), "sum"
+            for i in (6, 7, 10, 11):
+                cells[i] = f"{float(cells[i]) * busbw_scale:.2f}"
+            line = " ".join(f"{c:>12}" for c in cells)
+        body.append(line.strip())
+    rows_at = [i for i, line in enumerate(body) if re.match(r"\d", line)]
+    if rows is not None:
+        body = body[: rows_at[rows - 1] + 1]
+    else:
+        body += ["#", "# Collective test concluded: all_reduce_perf"]
+    lines = head + ["#", "# Using devices"] + devices + ["#"] + body
+    return "".join(f"[1,0]<stdout>:{line}\n" for line in lines)
+
+
+def tagged_warn(corpus_file: str, host: str, rank: int) -> str:
+    """The first line of a real NCCL WARN capture (corpus nccl-tests/``corpus_file``) as rank
+    ``rank`` prints it under mpirun --tag-output, with the capture's host name made ``host``."""
+    line = (CORPUS / "nccl-tests" / corpus_file).read_text().split("\n")[0]
+    line = re.sub(r"^(\[[^\]]*\] )?[^\s:]+:", lambda m: f"{m.group(1) or ''}{host}:", line, count=1)
+    return f"[1,{rank}]<stderr>:{line}\n"
