@@ -39,7 +39,9 @@ class Analysis:
 
     @property
     def failed(self) -> bool:
-        return any(v.status in ("fail", "error") for v in self.hosts.values())
+        # A fleet check's finding with no host (a multi-node run no host is blamed for) counts too.
+        return (any(v.status in ("fail", "error") for v in self.hosts.values())
+                or any(f.host is None and f.status in (Status.FAIL, Status.ERROR) for f in self.findings))
 
 
 def host_reachability(bundle: Bundle, host: str) -> tuple[bool, str | None]:
@@ -78,7 +80,7 @@ def analyze(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], k
             if check.scope == "host":
                 findings.extend(_run_host_check(check, ctx))
 
-    fleet = FleetContext(contexts)
+    fleet = FleetContext(contexts, bundle.fleet)
     for check in checks:
         if check.scope == "fleet":
             findings.extend(_run_fleet_check(check, fleet))

@@ -3,6 +3,11 @@
     BUNDLE/bundle.json                  {"format": "preflight-bundle/1", "created": ..., "hosts": [...]}
     BUNDLE/hosts/<host>/<probe>.txt     raw stdout, byte for byte
     BUNDLE/hosts/<host>/<probe>.json    command, exit_code, stderr, started, duration_s, timed_out
+    BUNDLE/hosts/fleet-/<probe>.txt     runs that span hosts (preflight/multinode.py), same files
+
+``fleet-`` (``FLEET_HOST``) is a pseudo-host: no inventory line can name it (a host name never
+ends with "-"), it is not in ``bundle.json``'s hosts, and ``read_bundle`` returns its results
+as ``Bundle.fleet``, so no host check ever runs on it.
 
 Each result is written the moment it arrives, through a temporary file and a rename, so a
 controller killed mid-run leaves a bundle whose every file is whole and which ``analyze``
@@ -15,13 +20,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .model import ProbeResult
 
 FORMAT = "preflight-bundle/1"
 _SAFE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+FLEET_HOST = "fleet-"
 
 
 class BundleError(ValueError):
@@ -68,6 +74,7 @@ class Bundle:
     hosts: tuple[str, ...]
     results: dict[str, dict[str, ProbeResult]]  # host -> probe id -> result
     header: dict
+    fleet: dict[str, ProbeResult] = field(default_factory=dict)  # FLEET_HOST's results by probe id
 
     def probes_of(self, host: str) -> dict[str, ProbeResult]:
         return self.results.get(host, {})
@@ -91,7 +98,9 @@ def read_bundle(root: Path) -> Bundle:
     for host in hosts:
         host_dir = root / "hosts" / _safe_component(host, "host")
         results[host] = _read_host(host, host_dir) if host_dir.is_dir() else {}
-    return Bundle(root, str(header.get("created", "")), tuple(hosts), results, header)
+    fleet_dir = root / "hosts" / FLEET_HOST
+    fleet = _read_host(FLEET_HOST, fleet_dir) if fleet_dir.is_dir() else {}
+    return Bundle(root, str(header.get("created", "")), tuple(hosts), results, header, fleet)
 
 
 def _read_host(host: str, host_dir: Path) -> dict[str, ProbeResult]:

@@ -57,6 +57,13 @@ def _active_test_options(run: argparse.ArgumentParser) -> None:
                    help="limit per repetition; one that runs longer counts as hung (default 300)")
     g.add_argument("--nccl-tests-dir", metavar="DIR",
                    help="where all_reduce_perf lives on the nodes (default: PATH, else torch fallback)")
+    g.add_argument("--nccl-multinode", action="store_true",
+                   help="also all_reduce across the hosts through mpirun on the first host, with intra- and "
+                        "inter-node-only variants and 2-node re-pairing to name a culprit; needs Open MPI's "
+                        "mpirun there, passwordless SSH between the nodes and all_reduce_perf built with MPI=1")
+    g.add_argument("--nccl-node-dir", metavar="DIR", default=None,
+                   help="where --nccl-multinode writes its hostfiles on the first host "
+                        "(default ~/.cache/preflight/multinode)")
     g.add_argument("--quick", action="store_true", help="static checks only: leave out active tests")
 
 
@@ -180,8 +187,17 @@ def run_request(args):
             raise UsageError(f"{opt}: {path}: no such file")
     nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir)
     plan = ExecPlan(probes_for(checks, nccl), args.timeout, args.parallel, ssh)
+    multinode = None
+    if getattr(args, "nccl_multinode", False):
+        from .multinode import NODE_DIR, MultinodeOptions
+
+        if args.quick or not hosts:
+            raise UsageError("--nccl-multinode runs across --hosts and is an active test: not with "
+                             + ("--quick" if args.quick else "--local"))
+        if any(c.id == "nccl-multinode" for c in checks):
+            multinode = MultinodeOptions.from_nccl(nccl, args.nccl_node_dir or NODE_DIR)
     return RunRequest(hosts, checks, profiles, kb, plan, args.out, run_id, args.profile,
-                      html=getattr(args, "html", True))
+                      html=getattr(args, "html", True), multinode=multinode)
 
 
 def cmd_run(args, console: Console) -> int:

@@ -10,7 +10,7 @@ so no check has to repeat that bookkeeping.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from .model import Evidence, ProbeResult
@@ -347,6 +347,9 @@ class HostContext:
 @dataclass
 class FleetContext:
     hosts: dict[str, HostContext]  # reachable hosts only, in inventory order
+    # -- nccl-multinode: for checks/nccl_multinode.py --
+    # Results of runs that span hosts, saved under the bundle's pseudo-host (bundle.FLEET_HOST).
+    probes: dict[str, ProbeResult] = field(default_factory=dict)
 
     def facts(self, attribute: str) -> dict[str, object]:
         """One fact from every host that has it; hosts where it is missing are left out

@@ -23,6 +23,7 @@ from .bundle import BundleWriter, read_bundle
 from .diagnosis import KnowledgeBase
 from .executor import ExecPlan, run_fleet, run_local
 from .model import Host, ProbeResult
+from .multinode import MultinodeOptions, run_multinode
 from .nccl_probe import PROBE_ID as NCCL_PROBE_ID
 from .nccl_probe import NcclOptions, with_options
 from .plugin import Check, CheckLoadError
@@ -65,6 +66,7 @@ class RunRequest:
     run_id: str
     forced_profile: str | None = None
     html: bool = True  # write report.html beside the other reports
+    multinode: MultinodeOptions | None = None  # --nccl-multinode: the stage after the per-host probes
 
 
 def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = None) -> tuple[Path, Analysis]:
@@ -94,6 +96,8 @@ def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = 
         run_local(req.plan, on_result, names[0])
     else:
         run_fleet(req.hosts, req.plan, on_result)
+        if req.multinode:
+            run_multinode(req.hosts, bundle_dir, writer.add, req.plan.ssh, req.multinode, req.run_id)
 
     analysis = analyze(read_bundle(bundle_dir), req.checks, req.profiles, req.kb, req.forced_profile)
     analysis.meta.update({"run_id": req.run_id, "created": created, "preflight_version": __version__,

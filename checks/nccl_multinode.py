@@ -1,0 +1,277 @@
+"""nccl all_reduce across nodes: does it finish, right results, fast enough, and whose fault.
+
+Input: the runs of preflight/multinode.py, saved under the bundle's pseudo-host: the full
+multi-node all_reduce (``nccl-multinode``), its intra-node-only and inter-node-only variants
+(``NCCL_TESTS_SPLIT`` DIV/MOD the GPUs per node), and the 2-node re-pairing runs
+(``nccl-pair-<suspect>-<partner>``); plus every host's own single-node run (nccl-all-reduce).
+
+How faulty is told from normal, per run (as checks/nccl_all_reduce.py does for one node):
+stopped by its timeout or cut off -> ``nccl-hang``; mpirun non-zero, a "Test ... failure"
+line, or no complete table -> ``nccl-failed``; ``#wrong`` or out-of-bounds values ->
+``nccl-data-corruption``; NCCL WARN signatures -> their symptoms (transport errors FAIL, the
+rest WARN; "no IB device" is a WARN here, since between nodes it means TCP sockets).
+
+Bandwidth (``nccl-low-bandwidth``), judged only on a passed run whose largest message is at
+least 1 GiB (smaller ones do not reach the link rate, FACTS §3), against the profile's
+``nccl.inter_node_busbw_per_nic_gbs`` (46 GB/s per NDR NIC, FACTS §3):
+- the full run crosses the NICs of every node at once: per-NIC figure x the NICs in use (the
+  profile's ``nic.count``, at most one per GPU rank on a node);
+- the inter-node variant runs one communicator per local GPU index, each with one rank per
+  node, so each communicator rides one NIC: the per-NIC figure;
+- the intra-node variant is reported, not judged: each node's own nccl-all-reduce check
+  already holds intra-node bandwidth against the single-node figure.
+Below 85% WARNs, below 50% FAILs: the margins of checks/nccl_all_reduce.py, for the same
+reasons (measured peaks; 15% absorbs NCCL versions and noise; half is a missing path).
+
+Where the fault is (symptoms that are cause ids, or that rules.yaml combines):
+- inter-node variant bad while intra-node passes -> ``nccl-inter-node-fabric``;
+- intra-node variant bad while inter-node passes -> ``nccl-intra-node-failed``;
+- a failed multi-node run (``nccl-multinode-failed``) while every host passed its own
+  single-node run (``nccl-single-node-passed``) -> rules.yaml: the inter-node fabric;
+- re-pairing (``preflight.multinode.attribute``): a host whose every 2-node run failed, with
+  a partner that passed another pair or that nothing suspected, FAILs on its own finding with
+  ``nccl-pair-failed`` (plus its pair runs' hang and WARN symptoms); the fleet finding then
+  names it and carries no symptom of its own, so the diagnosis lands on that host only.
+  Hosts that passed a pair PASS; hosts whose failures were only beside other suspects WARN.
+"""
+
+from __future__ import annotations
+
+import re
+
+from preflight.model import Evidence
+from preflight.multinode import (
+    PAIR_PREFIX,
+    PROBE_FULL,
+    PROBE_INTER,
+    PROBE_INTRA,
+    VARIANTS,
+    MultinodeRun,
+    attribute,
+    inventory_names,
+    single_node_failed,
+    suspects,
+)
+from preflight.nccl_probe import PROBE_ID as SINGLE_NODE_PROBE
+from preflight.parsers.nccl_tests import NcclRun, largest_row
+from preflight.plugin import error, fail, fleet_check, ok, skip, warn
+
+LOW_WARN = 0.85
+LOW_FAIL = 0.50
+MIN_JUDGED_BYTES = 1 << 30
+FATAL_SIGNATURES = ("nccl-ib-retry-exceeded", "nccl-ib-completion-error", "nccl-ib-qp-timeout",
+                    "nccl-net-unreachable", "nccl-socket-refused")
+_LABEL = {PROBE_FULL: "all hosts", PROBE_INTRA: "intra-node only", PROBE_INTER: "inter-node only"}
+
+
+@fleet_check("nccl-multinode", probes=[SINGLE_NODE_PROBE],
+             summary="nccl all_reduce across nodes (mpirun; intra/inter-node split; culprit by re-pairing)")
+def nccl_multinode(fleet):
+    from preflight.multinode import read_run
+
+    if PROBE_FULL not in fleet.probes:
+        return skip("not run: `preflight run --nccl-multinode` runs it on two or more reachable hosts")
+    runs = {pid: read_run(fleet.probes[pid]) for pid in VARIANTS if pid in fleet.probes}
+    pairs = [read_run(r) for pid, r in fleet.probes.items() if pid.startswith(PAIR_PREFIX)]
+    if all(r.state == "not-run" for r in runs.values()):
+        missing = fleet.probes[PROBE_FULL].tool_missing
+        return error(f"multi-node all_reduce could not run: {runs[PROBE_FULL].why}",
+                     symptoms=["tool-missing"] if missing else [],
+                     evidence=[Evidence(PROBE_FULL, runs[PROBE_FULL].why)])
+
+    hosts = next((r.hosts for r in runs.values() if r.hosts), ())
+    v = _Verdict()
+    for pid, run in runs.items():
+        _judge_run(fleet, run, hosts, v, f"{_LABEL[pid]} ({_shape(run)})")
+    _localise(fleet, runs, hosts, v)
+    host_outcomes = _judge_pairs(fleet, runs, pairs, hosts, v)
+
+    culprits = [o.host for o in host_outcomes if o.status.value == "fail"]
+    if culprits:
+        v.fails.insert(0, f"isolated by re-pairing: {', '.join(culprits)} (see the host finding)")
+        v.symptoms.clear()
+    summary = "; ".join(v.fails + v.warns + v.infos)
+    verdict = fail if v.fails else warn if v.warns else ok
+    return [verdict(summary, symptoms=v.symptoms, evidence=v.evidence, data=v.data)] + host_outcomes
+
+
+class _Verdict:
+    def __init__(self) -> None:
+        self.fails: list[str] = []
+        self.warns: list[str] = []
+        self.infos: list[str] = []
+        self.symptoms: list[str] = []
+        self.evidence: list[Evidence] = []
+        self.data: dict = {"runs": {}}
+        self.slow: set[str] = set()  # runs whose bandwidth FAILed
+
+    def symptom(self, symptom: str) -> None:
+        if symptom not in self.symptoms:
+            self.symptoms.append(symptom)
+
+    def add(self, severity: str, phrase: str, *symptoms: str, evidence: Evidence | None = None) -> None:
+        {"fail": self.fails, "warn": self.warns, "info": self.infos}[severity].append(phrase)
+        self.symptoms += [s for s in symptoms if s not in self.symptoms]
+        if evidence:
+            self.evidence.append(evidence)
+
+
+def _shape(run: MultinodeRun) -> str:
+    return f"{len(run.hosts)} hosts x {run.slots} GPUs" if run.hosts else "hosts unknown"
+
+
+# --------------------------------------------------------------------------- one run
+
+
+def _judge_run(fleet, run: MultinodeRun, hosts, v: _Verdict, label: str) -> None:
+    v.data["runs"][run.probe] = {"state": run.state, "hosts": list(run.hosts), "wrong": run.wrong}
+    if run.state == "not-run":
+        v.add("warn", f"{label}: not run ({run.why})")
+        return
+    if run.state in ("hung", "failed"):
+        v.add("fail", f"{label}: {run.state} ({run.why})", "nccl-hang" if run.state == "hung" else "nccl-failed",
+              evidence=_tail(fleet, run.probe))
+    if run.wrong:
+        v.add("fail", f"{label}: {run.wrong} wrong values", "nccl-data-corruption",
+              evidence=_lines(fleet, run.probe, r"Out of bounds values\s*:\s*[1-9]"))
+    _judge_signatures(run, v, label)
+    if run.state == "passed":
+        _judge_bandwidth(fleet, run, hosts, v, label)
+
+
+def _judge_signatures(run: MultinodeRun, v: _Verdict, label: str) -> None:
+    seen: dict[str, list] = {}
+    for sig in run.output.signatures if run.output else ():
+        seen.setdefault(sig.symptom, []).append(sig)
+    for symptom, sigs in seen.items():
+        what = sigs[0].line.split("NCCL WARN", 1)[-1].strip()[:120] if symptom == "nccl-warn" else \
+            re.split(r"[:;]|, so | \(", sigs[0].meaning)[0]
+        v.add("fail" if symptom in FATAL_SIGNATURES else "warn", f"{label}: NCCL: {what}", symptom,
+              evidence=Evidence(run.probe, sigs[0].line[:300]))
+
+
+def _judge_bandwidth(fleet, run: MultinodeRun, hosts, v: _Verdict, label: str) -> None:
+    main = _main_run(run)
+    row = largest_row(main) if main else None
+    if row is None:
+        return
+    busbw = max(row.in_place.busbw, row.out_of_place.busbw if row.out_of_place else 0.0)
+    v.data["runs"][run.probe].update(largest_bytes=row.size_bytes, busbw_gbs=busbw)
+    measured = f"{label}: busbw {busbw:.1f} GB/s at {row.size_bytes / (1 << 30):g} GiB"
+    evidence = _lines(fleet, run.probe, rf"^(?:\[\d+,\d+\]<stdout>:)?\s*{row.size_bytes}\s+\d+\s+\S")
+    profile = _shared_profile(fleet, hosts)
+    per_nic = profile.get("nccl.inter_node_busbw_per_nic_gbs") if profile else None
+    collective = main.collective or ("all_reduce" if row.redop == "sum" else f"redop {row.redop or 'empty'}")
+    reason = (f"{collective}, not all_reduce: no threshold" if collective != "all_reduce"
+              else "largest size below 1 GiB: a connectivity run" if row.size_bytes < MIN_JUDGED_BYTES
+              else "the intra-node figure is judged per host by nccl-all-reduce" if run.probe == PROBE_INTRA
+              else "the hosts differ in profile, or it has no per-NIC figure: reported, not judged"
+              if per_nic is None else None)
+    if reason:
+        v.add("info", f"{measured} ({reason})", evidence=evidence)
+        return
+    nics = 1 if run.probe == PROBE_INTER else min(profile.get("nic.count") or 1, run.slots or 1)
+    expected = float(per_nic) * nics
+    ratio = busbw / expected
+    versus = (f"{measured}, {ratio:.0%} of {expected:g} GB/s ({nics} NIC x {per_nic} GB/s, {profile.id})")
+    v.data["runs"][run.probe].update(expected_busbw_gbs=expected)
+    if ratio < LOW_FAIL:
+        v.slow.add(run.probe)
+        v.add("fail", f"low bandwidth: {versus}", "nccl-low-bandwidth", evidence=evidence)
+    elif ratio < LOW_WARN:
+        v.add("warn", f"low bandwidth: {versus}", "nccl-low-bandwidth", evidence=evidence)
+    else:
+        v.add("info", versus, evidence=evidence)
+
+
+def _main_run(run: MultinodeRun) -> NcclRun | None:
+    with_rows = [r for rep in run.output.repetitions for r in rep.runs if r.rows] if run.output else []
+    return with_rows[-1] if with_rows else None
+
+
+def _shared_profile(fleet, hosts):
+    profiles = {fleet.hosts[h].profile.id: fleet.hosts[h].profile for h in hosts if h in fleet.hosts}
+    return next(iter(profiles.values())) if len(profiles) == 1 else None
+
+
+# --------------------------------------------------------------------------- where the fault is
+
+
+def _localise(fleet, runs: dict[str, MultinodeRun], hosts, v: _Verdict) -> None:
+    bad = {pid for pid, r in runs.items() if r.state in ("hung", "failed") or r.wrong}
+    intra, inter = runs.get(PROBE_INTRA), runs.get(PROBE_INTER)
+    if inter and intra and intra.ok and (PROBE_INTER in bad | v.slow):
+        v.add("fail", "inter-node traffic fails while intra-node passes: the fault is between the nodes "
+                      "(NICs, cables, switch ports, routing)", "nccl-inter-node-fabric")
+    if inter and intra and inter.ok and PROBE_INTRA in bad:
+        v.add("fail", "intra-node traffic fails while inter-node passes: a node's NVLink/NVSwitch or GPU",
+              "nccl-intra-node-failed")
+    if not bad:
+        return
+    v.symptom("nccl-multinode-failed")
+    judged = [fleet.hosts[h].result(SINGLE_NODE_PROBE) for h in hosts if h in fleet.hosts]
+    if judged and len(judged) == len(hosts) and all(r is not None and r.ok and not single_node_failed(r)
+                                                    for r in judged):
+        v.add("info", f"every host passed its own single-node all_reduce ({len(hosts)} hosts)",
+              "nccl-single-node-passed")
+
+
+def _judge_pairs(fleet, runs: dict[str, MultinodeRun], pairs: list[MultinodeRun], hosts, v: _Verdict) -> list:
+    if not pairs:
+        return []
+    single_failed = {h for h in hosts if h in fleet.hosts
+                     and single_node_failed(fleet.hosts[h].result(SINGLE_NODE_PROBE))}
+    named = inventory_names((n for r in runs.values() for n in r.named), hosts)
+    suspected = suspects(hosts, single_failed, named)
+    by_pair = {tuple(p.hosts): p for p in pairs if len(p.hosts) == 2}
+    att = attribute({pair: run.ok for pair, run in by_pair.items()}, suspected)
+    v.data.update(suspects=list(suspected), culprits=list(att.culprits), cleared=list(att.cleared),
+                  unresolved=list(att.unresolved))
+    outcomes = []
+    for host in att.culprits:
+        failed = [run for pair, run in by_pair.items() if host in pair and not run.ok]
+        partners = att.failed_with[host]
+        symptoms = ["nccl-pair-failed"] + ["nccl-hang"] * any(r.state == "hung" for r in failed)
+        symptoms += list(dict.fromkeys(s.symptom for r in failed for s in (r.output.signatures if r.output else ())
+                                       if s.symptom in FATAL_SIGNATURES))
+        why = "; ".join(f"with {p}: {_pair_state(by_pair, host, p)}" for p in partners)
+        trust = [p for p in partners if p in att.cleared]
+        trust_phrase = (f"{', '.join(trust)} passed with other hosts" if trust
+                        else f"{', '.join(partners)} was not suspected by the multi-node runs")
+        outcomes.append(fail(f"2-node all_reduce fails whenever this host takes part ({why}); "
+                             f"{trust_phrase}", host=host, symptoms=symptoms,
+                             evidence=[_tail(fleet, r.probe) for r in failed[:2]],
+                             data={"partners": list(partners)}))
+    for host in att.cleared:
+        partner = next(p for pair, run in by_pair.items() if run.ok and host in pair for p in pair if p != host)
+        outcomes.append(ok(f"2-node all_reduce with {partner} passed", host=host))
+    for host in att.unresolved:
+        outcomes.append(warn(f"2-node all_reduce failed with {', '.join(att.failed_with[host])}, itself a suspect: "
+                             "not isolated", host=host, evidence=[_tail(fleet, r.probe) for pair, r in by_pair.items()
+                                                                  if host in pair and not r.ok][:2]))
+    return outcomes
+
+
+def _pair_state(by_pair, host: str, partner: str) -> str:
+    run = by_pair.get((host, partner)) or by_pair.get((partner, host))
+    return f"{run.state} ({run.why})" if run.state != "passed" else f"{run.wrong} wrong values"
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+def _tail(fleet, probe: str) -> Evidence | None:
+    r = fleet.probes.get(probe)
+    if r is None or r.stdout is None:
+        return None
+    lines = [line.strip() for line in r.text.splitlines() if line.strip()]
+    return Evidence(probe, "\n".join(lines[-3:]))
+
+
+def _lines(fleet, probe: str, pattern: str) -> Evidence | None:
+    r = fleet.probes.get(probe)
+    if r is None or r.stdout is None:
+        return None
+    rx = re.compile(pattern)
+    picked = [line.strip() for line in r.text.splitlines() if rx.search(line.strip())][:3]
+    return Evidence(probe, "\n".join(picked)) if picked else None
