@@ -28,6 +28,9 @@ def show(analysis: Analysis, console: Console, report_dir: str | None = None) ->
             continue
         bad = [f for f in analysis.findings if f.host == host
                and f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
+        if not v.reachable:
+            # Its checks all say "not checked: host unreachable"; the reason is the one line.
+            bad = [f for f in bad if f.symptoms] or bad[:1]
         text = "; ".join(f"[{_STYLE[f.status.value]}]{f.check}[/]: {f.summary}" for f in bad[:4])
         if len(bad) > 4:
             text += f"; and {len(bad) - 4} more"
