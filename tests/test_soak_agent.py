@@ -8,13 +8,17 @@ remapped rows (0, 0, 0, 0), volatile ECC total 0; nvidia-smi.txt / smi-q.txt: na
 bus id, driver). What the capture did not record (memory temperature, memory used, the
 clocks-event counters) answers "not supported", as such calls do on drivers without them.
 The agent subprocesses load it through the agent's test hook ``--fake-nvml FILE:FACTORY``
-and run the ``none`` engine (no torch here).
+and run the ``none`` engine (no torch here). The ``vllm`` and ``endpoint`` engines are wired in
+here with servers that fail fast (no vLLM in this interpreter, nothing listening) and a stand-in
+engine that reports the findings of a real vLLM server log; tests/test_soak_vllm_e2e.py runs a
+real vLLM server through ``preflight soak``.
 """
 
 from __future__ import annotations
 
 import bisect
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -32,6 +36,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "fixtures" / "corpus" / "h200-vm"
+RECORDED = ROOT / "tests" / "fixtures" / "recorded"
+# vLLM 0.32.0 on this machine's CPU, its engine killed by an out-of-vocabulary prompt token id.
+ENGINE_DEAD_LOG = RECORDED / "vllm-0.32.0-cpu-server-log-engine-dead-token-id-out-of-vocab-excerpt.txt"
 SAMPLES = json.loads((CORPUS / "burn_samples.json").read_text())
 AGENT = ROOT / "preflight" / "soak" / "agent.py"
 THIS = Path(__file__).resolve()
@@ -492,11 +499,168 @@ def test_agent_killed_mid_run_loses_at_most_one_interval(tmp_path, controller):
     assert killed_at - float(rows[-1]["time"]) < 1.0  # (a loose bound: this machine may be busy)
 
 
-def test_cli_refuses_vllm_for_now(tmp_path, capsys):
+@pytest.mark.parametrize("argv, error", [
+    (["--engine", "vllm"], "--engine vllm needs --model (built-in: llama-3-70b-dense"),
+    (["--engine", "burn", "--model", "tiny-llama-ci"], "--model does not apply to --engine burn"),
+    (["--engine", "vllm", "--model", "tiny-llama-ci", "--endpoint", "http://127.0.0.1:8000"],
+     "--endpoint does not apply to --engine vllm"),
+    (["--engine", "endpoint"], "--engine endpoint needs --endpoint URL"),
+])
+def test_cli_checks_the_serving_options(tmp_path, capsys, argv, error):
     from preflight.cli import main as cli_main
 
-    assert cli_main(["soak", "--local", "--engine", "vllm", "--out", str(tmp_path)]) == 2
-    assert "not yet supported" in capsys.readouterr().err
+    assert cli_main(["soak", "--local", "--out", str(tmp_path), *argv]) == 2
+    assert error in capsys.readouterr().err.replace("\n", "")
+    assert not list(tmp_path.iterdir())
+
+
+def test_plan_passes_the_serving_options_to_the_agent_as_argv(controller):
+    from preflight.cli import build_parser
+
+    args = build_parser().parse_args([
+        "soak", "--local", "--engine", "vllm", "--model", "tiny-llama-ci", "--vllm-python", "/venv/bin/python3",
+        "--vllm-arg=--enforce-eager", "--vllm-arg", "--kv-cache-dtype fp8", "--concurrency", "16",
+        "--no-skip-tokenizer-init"])
+    plan = controller.plan_from_args(args, "gpu01", "r1")
+    assert plan.engine == "vllm" and plan.builtin_model == "tiny-llama-ci"
+    assert plan.agent_args == ("--model=tiny-llama-ci", "--vllm-python=/venv/bin/python3", "--vllm-arg=--enforce-eager",
+                               "--vllm-arg=--kv-cache-dtype fp8", "--no-skip-tokenizer-init", "--concurrency=16")
+    # ... which the agent reads back, each --vllm-arg split like a shell line.
+    agent_args = soak_agent.parse_args(["--engine", "vllm", *plan.agent_args])
+    assert agent_args.vllm_arg == ("--enforce-eager", "--kv-cache-dtype", "fp8")
+    assert (agent_args.model, agent_args.concurrency, agent_args.skip_tokenizer_init) == ("tiny-llama-ci", 16, False)
+    endpoint = controller.plan_from_args(build_parser().parse_args(["soak", "--endpoint", "http://10.0.0.5:8000"]),
+                                         "gpu01", "r2")
+    assert (endpoint.engine, endpoint.agent_args, endpoint.builtin_model) == (
+        "endpoint", ("--endpoint=http://10.0.0.5:8000",), None)
+    assert controller.SoakPlan.from_json(plan.to_json(), plan.out) == plan
+
+
+def test_agent_bundle_carries_the_engines_and_the_model_and_nothing_escapes(tmp_path, controller):
+    import tarfile
+
+    bundle = controller.agent_bundle("tiny-llama-ci")
+    with tarfile.open(fileobj=io.BytesIO(bundle)) as tar:
+        assert tar.getnames() == ["agent.py", "vllm_engine.py", "loadgen.py", "models/tiny-llama-ci.json"]
+        assert tar.extractfile("agent.py").read() == AGENT.read_bytes()
+    node = controller.LocalNode("gpu-local")
+    # A bundle naming a path outside the run directory is refused before anything runs.
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w") as tar:
+        info = tarfile.TarInfo("../escaped.py")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    reply = node.run([sys.executable, "-c", controller._START, str(tmp_path / "node"), "r1", "--engine", "none"],
+                     evil.getvalue())
+    assert reply.exit_code == 1 and "refusing '../escaped.py'" in reply.stderr
+    assert not (tmp_path / "node" / "escaped.py").exists()
+
+
+class ServerLogEngine:
+    """Stands in for vllm_engine.VllmEngine: no server, but the summary the real engine gives
+    for the recorded log of a vLLM engine that died (its findings from scan_server_log)."""
+
+    def __init__(self, findings):
+        self.findings, self.polls = findings, 0
+
+    def start(self, grid_t0):
+        pass
+
+    def poll(self, host, final=False):
+        self.polls += 1
+        return [], []
+
+    def running(self):
+        return self.polls < 3
+
+    def finish(self, stopped):
+        return []
+
+    def summary(self):
+        return {"server": {"log": "vllm-server.log", "ready_after_s": 41.5, "rss_peak_mib": 2830.6, "exit_code": 1,
+                           "stopped_with": None},
+                "load": None, "findings": [dataclasses.asdict(f) for f in self.findings], "notes": []}
+
+
+def _no_nvml():
+    raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+
+def test_vllm_without_the_nvidia_driver_runs_without_telemetry_and_records_log_findings(tmp_path, capsys):
+    findings = soak_agent.serving_module().scan_server_log(ENGINE_DEAD_LOG.read_text())
+    cfg = soak_agent.AgentConfig(out=tmp_path, host="cpu01", engine="vllm", seconds=0.3, interval_s=0.1,
+                                 serve=soak_agent.ServeParams(model="tiny-llama-ci", ready_timeout_s=5))
+    agent = soak_agent.Agent(cfg, _no_nvml, lambda cfg, gpus: ServerLogEngine(findings), driver_loaded=lambda: False)
+    assert agent.run() == 0
+    meta = json.loads((tmp_path / "soak.json").read_text())
+    assert meta["engine"] == "vllm" and meta["gpus"] == {"cpu01": []}
+    assert meta["no_telemetry"]["cpu01"].startswith("no NVIDIA driver on this machine (NVML: ")
+    assert read_csv(tmp_path / "telemetry.csv") == []
+    # The log's finding went to events.csv: the symptom, and its line in the server log.
+    [event] = read_csv(tmp_path / "events.csv")
+    assert (event["host"], event["gpu"], event["event"], event["data"]) == ("cpu01", "", "vllm-engine-dead", "5")
+    beat = json.loads((tmp_path / "heartbeat.json").read_text())
+    assert beat["state"] == "finished" and beat["summary"]["no_telemetry"] == meta["no_telemetry"]["cpu01"]
+    out = capsys.readouterr().out
+    assert "no GPU telemetry: no NVIDIA driver on this machine" in out
+    assert "vLLM server: ready after 41.5 s, RSS peak 2830.6 MiB, exit code 1; log vllm-server.log" in out
+    assert ("server log line 5: vllm-engine-dead: the vLLM engine process died during the soak; try: read the "
+            "traceback") in out
+
+
+def test_nvml_failing_where_the_driver_is_loaded_fails_even_vllm(tmp_path):
+    cfg = soak_agent.AgentConfig(out=tmp_path, host="gpu01", engine="vllm", seconds=0.3, interval_s=0.1,
+                                 serve=soak_agent.ServeParams(model="tiny-llama-ci"))
+    agent = soak_agent.Agent(cfg, _no_nvml, lambda cfg, gpus: pytest.fail("no engine without NVML"),
+                             driver_loaded=lambda: True)
+    assert agent.run() == 1
+    beat = heartbeat(tmp_path)
+    assert beat["state"] == "failed" and beat["last_error"].startswith("NVML: NVMLError_LibraryNotFound")
+
+
+def test_vllm_engine_whose_server_cannot_start_fails_the_agent(tmp_path):
+    # The real VllmEngine, told that this interpreter (which has no vllm) is vLLM's: the server
+    # exits at once, and the agent fails saying so, the server's own words in its log.
+    out = tmp_path / "soak"
+    proc = subprocess.run([sys.executable, str(AGENT), "--out", str(out), "--engine", "vllm", "--model", "tiny-llama-ci",
+                           "--vllm-python", sys.executable, "--seconds", "30", "--interval", "0.2",
+                           "--fake-nvml", FAKE_HOOK], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    beat = heartbeat(out)
+    assert beat["state"] == "failed" and beat["elapsed_s"] < 20
+    assert beat["last_error"].startswith("vLLM server exited with code 1 before it was ready")
+    assert "No module named 'vllm'" in (out / "vllm-server.log").read_text()
+    assert json.loads((out / "model-tiny-llama-ci" / "config.json").read_text())["vocab_size"] == 1024
+    assert "vLLM server: never ready" in proc.stdout
+
+
+def test_serving_engines_need_their_files_beside_the_agent(tmp_path):
+    lone = tmp_path / "agent.py"
+    lone.write_bytes(AGENT.read_bytes())
+    proc = subprocess.run([sys.executable, str(lone), "--out", str(tmp_path / "soak"), "--engine", "endpoint",
+                           "--endpoint", "http://127.0.0.1:8000"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and not (tmp_path / "soak").exists()
+    assert f"vllm_engine.py and loadgen.py not found beside the agent in {tmp_path}" in proc.stderr
+
+
+def test_endpoint_soak_that_nothing_answers_fails_through_the_controller(tmp_path, controller):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    plan = controller.SoakPlan(run_id="ep1", out=tmp_path / "reports", engine="endpoint", seconds=30, interval_s=0.1,
+                               local_name="gpu-local", node_dir=str(tmp_path / "node"), poll_s=0.1,
+                               agent_args=("--fake-nvml", FAKE_HOOK, f"--endpoint=http://127.0.0.1:{port}"))
+    console = quiet_console()
+    outcome = controller.follow(plan, console, controller.start(plan, console))
+    state, note = outcome.outcomes["gpu-local"]
+    assert state == "failed" and note.startswith(f"load generator against http://127.0.0.1:{port}: ")
+    node_dir = tmp_path / "node" / "ep1"
+    assert sorted(p.name for p in node_dir.glob("*.py")) == ["agent.py", "loadgen.py", "vllm_engine.py"]
+    # The load generator's log came back with the rest.
+    assert (plan.run_dir / "soak" / "gpu-local" / "loadgen.log").read_bytes() == (node_dir / "loadgen.log").read_bytes()
+    assert json.loads((plan.run_dir / "soak.json").read_text())["engine"] == "endpoint"
 
 
 def test_node_status_names_the_hottest_gpu_and_active_reasons(controller):

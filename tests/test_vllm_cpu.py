@@ -83,7 +83,7 @@ def test_graph_capture_and_illegal_access_point_to_enforce_eager():
     text = "\n".join(clean + ["RuntimeError: Cannot capture graph: operation not permitted when stream is capturing",
                               "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"])
     found = ve.scan_server_log(text)
-    assert [(f.symptom, f.line) for f in found] == [("vllm-cuda-graph-capture", len(clean) + 1),
+    assert [(f.symptom, f.line) for f in found] == [("vllm-cuda-graph-capture-error", len(clean) + 1),
                                                     ("vllm-illegal-memory-access", len(clean) + 2)]
     assert all("--enforce-eager" in f.suggestion for f in found)
 
@@ -267,9 +267,11 @@ def test_real_vllm_cpu_soak(tmp_path):
     ep = [r.value for r in endpoint_rows if r.metric == "output_tokens_per_s"]
     assert len(ep) >= 3 and max(ep) > 0
 
-    # The server log is kept, clean, and the server is gone, its whole process group with it.
+    # The server log is kept, clean up to the stop (summary["findings"]: vLLM 0.32 may log
+    # EngineDeadError while it shuts down, so the engine scans only what came before), and the
+    # server is gone, its whole process group with it.
     log = (tmp_path / "soak" / "vllm-server.log").read_text()
-    assert "Application startup complete." in log and ve.scan_server_log(log) == ()
+    assert "Application startup complete." in log
     server = summary["server"]
     assert server["stopped_with"] == "SIGTERM" and server["exit_code"] is not None
     assert server["rss_peak_mib"] > 500 and summary["findings"] == []

@@ -6,6 +6,9 @@ that never imports preflight: the controller ships this source to a node over SS
 there with ``python3``; it runs the same way on this machine:
 
     python3 agent.py --seconds 60 --engine burn --interval 0.1 --out DIR [--bench 20] [--detach]
+    python3 agent.py --seconds 3600 --engine vllm --model llama-3-70b-dense --vllm-python VENV/bin/python3 \
+        [--vllm-arg=--enforce-eager] [--vllm-arg='--kv-cache-dtype fp8'] [--concurrency 256] --out DIR
+    python3 agent.py --seconds 3600 --engine endpoint --endpoint http://127.0.0.1:8000 --out DIR
 
 What it writes into DIR, as it goes (contract ``preflight-soak/1``; columns after the contract's
 may follow, readers must ignore those they do not know):
@@ -21,10 +24,15 @@ may follow, readers must ignore those they do not know):
   "not available on this GPU/driver"; a GPU that stops answering (fallen off the bus) gets no
   more rows rather than rows of empty cells.
 - ``throughput.csv``: time, host, metric, value, gpu: per engine window, the node's total with
-  an empty ``gpu`` cell (``tflops`` and ``hbm_gbps`` for ``burn``) and each GPU's own
-  (``gpu_tflops``, ``gpu_hbm_gbps``).
+  an empty ``gpu`` cell (``tflops`` and ``hbm_gbps`` for ``burn``; ``output_tokens_per_s``,
+  TTFT/TPOT percentiles and the server's gauges for ``vllm`` and ``endpoint``, see loadgen.py)
+  and each GPU's own (``gpu_tflops``, ``gpu_hbm_gbps``).
 - ``events.csv``: time, host, gpu, event, data: NVML events (XIDs with their number as data,
-  ECC errors), where the driver supports an event set.
+  ECC errors), where the driver supports an event set; and at the end, each known failure the
+  ``vllm`` engine found in its server log, the symptom as event and its line as data
+  (``vllm-cuda-graph-capture-error``, ``vllm-engine-dead``...; vllm_engine.scan_server_log).
+- ``vllm-server.log``, ``loadgen.log``: the ``vllm`` engine's server output and the load
+  generator's stderr (``endpoint``: loadgen.log only).
 - ``heartbeat.json``: progress and state (starting, running, finished, failed), last error, and
   the sampler's own CPU time per tick, replaced atomically every interval; at the end it also
   holds a summary (per GPU median throughput, power against the limit, the ``--bench`` result).
@@ -40,6 +48,18 @@ reports each phase's rate; ``none`` only samples (the GPUs run the user's own lo
 ``--bench S`` then runs a plain ``torch.matmul`` loop on the same sizes for S seconds on each
 GPU, on a GPU as hot as the burn left it, so the burn's efficiency can be read off the summary.
 
+``vllm`` serves a model (``--model``: a built-in config name from ``models/``, an HF config
+directory or a model path) with dummy weights and loads it through the streaming load
+generator; ``endpoint`` loads a server that is already running. Both come from
+``vllm_engine.py`` and ``loadgen.py``, which must sit beside this file (the controller ships
+them there). For ``vllm``, ``--seconds`` counts from the moment the server answers: its start-up
+(up to ``--ready-timeout``) comes on top, so an hour's soak is an hour of load.
+
+NVML is required, except for ``vllm`` on a machine without the NVIDIA driver (vLLM on the CPU,
+as in CI): the agent then says so, runs without GPU telemetry (telemetry.csv holds only its
+header) and records why in soak.json's ``no_telemetry``, which the analysis reports instead of
+failing the host.
+
 Test hook: ``--fake-nvml FILE:FACTORY`` loads ``FACTORY()`` from the Python file FILE and uses
 what it returns in place of the ``pynvml`` module (tests replay recorded NVML values with it).
 """
@@ -54,6 +74,7 @@ import json
 import os
 import queue
 import select
+import shlex
 import signal
 import socket
 import statistics
@@ -67,7 +88,11 @@ from pathlib import Path
 
 FORMAT = "preflight-soak/1"
 HEARTBEAT_FORMAT = "preflight-soak-heartbeat/1"
-ENGINES = ("burn", "none")
+ENGINES = ("burn", "none", "vllm", "endpoint")
+SERVING_ENGINES = ("vllm", "endpoint")  # from vllm_engine.py beside this file
+# Where the controller puts vllm_engine.py, loadgen.py and models/; resolved now, since a
+# --detach-ed agent changes its directory to /.
+HERE = Path(__file__).resolve().parent
 MAX_RATE_HZ = 10.0
 # fsync at most this often: each interval's write already reaches the page cache, which
 # survives the agent's death; fsync only guards against the machine's.
@@ -431,6 +456,33 @@ class Sampler:
             pass
 
 
+class NoTelemetry:
+    """The sampler's stand-in on a machine without the NVIDIA driver: no GPUs, no rows."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        self.nvml = None
+        self.handles: list = []
+        self.gpus: list[dict] = []
+
+    def driver(self) -> dict:
+        return {}
+
+    def take_errors(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def nvidia_driver_loaded() -> bool:
+    """Whether the NVIDIA kernel driver knows any GPU (it lists each in /proc/driver/nvidia/gpus)."""
+    try:
+        return bool(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return False
+
+
 class EventWatcher(threading.Thread):
     """Waits on an NVML event set (XIDs, ECC errors) and queues the events for the main loop,
     which alone writes files. Drivers or VMs without event support leave ``note`` set."""
@@ -467,6 +519,9 @@ class EventWatcher(threading.Thread):
 
     def run(self) -> None:
         n = self.nvml
+        if not self.handles:
+            self.note = "no GPUs to watch for NVML events"
+            return
         try:
             event_set, registered = self._register()
         except Exception as exc:  # noqa: BLE001 - no events is a note, never the agent's end
@@ -755,6 +810,21 @@ def _burn_worker(gpu: int, uuid: str, params: BurnParams, grid_t0: float, queue,
 
 
 @dataclass(frozen=True)
+class ServeParams:
+    """The ``vllm`` and ``endpoint`` engines' options (vllm_engine.VllmParams and loadgen.LoadConfig
+    are built from them only when such an engine runs, so burn nodes need neither file)."""
+
+    model: str | None = None
+    python: str = "python3"
+    extra_args: tuple[str, ...] = ()
+    skip_tokenizer_init: bool = True
+    ready_timeout_s: float = 1200.0
+    endpoint: str | None = None
+    concurrency: int = 256
+    max_tokens: int = 256
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     out: Path
     host: str
@@ -763,6 +833,12 @@ class AgentConfig:
     interval_s: float
     gpus: tuple[int, ...] | None = None
     burn: BurnParams = field(default_factory=BurnParams)
+    serve: ServeParams = field(default_factory=ServeParams)
+
+    @property
+    def startup_allowance_s(self) -> float:
+        """Time past ``seconds`` the soak may take: a vLLM server's start-up (see the docstring)."""
+        return self.serve.ready_timeout_s if self.engine == "vllm" else 0.0
 
 
 def power_summary(power: dict[int, list[tuple[float, float]]], limits: dict[int, float | None],
@@ -785,12 +861,14 @@ def power_summary(power: dict[int, list[tuple[float, float]]], limits: dict[int,
 
 class Agent:
     """Samples every interval until ``cfg.seconds`` have passed or a stop is requested (SIGTERM,
-    SIGINT, ``request_stop``), then lets the engine finish while still sampling."""
+    SIGINT, ``request_stop``), then lets the engine finish while still sampling.
+    ``driver_loaded`` tells a machine without the NVIDIA driver (see the module docstring)."""
 
-    def __init__(self, cfg: AgentConfig, load_nvml, engine_factory=None):
+    def __init__(self, cfg: AgentConfig, load_nvml, engine_factory=None, driver_loaded=nvidia_driver_loaded):
         self.cfg = cfg
         self.load_nvml = load_nvml
         self.engine_factory = engine_factory or _make_engine
+        self.driver_loaded = driver_loaded
         self.progress = Progress(os.getpid(), cfg.host, cfg.engine, time.time(), cfg.seconds, cfg.interval_s)
         self.stop_requested = False
         # Sleeping in select() on this pipe lets a signal handler (or another thread) end a sleep
@@ -819,9 +897,9 @@ class Agent:
         print(f"preflight soak agent: failed: {message}", file=sys.stderr, flush=True)
         return 1
 
-    def _write_soak_json(self, gpus: list[dict], driver: dict) -> None:
+    def _write_soak_json(self, gpus: list[dict], driver: dict, no_telemetry: str | None = None) -> None:
         cfg = self.cfg
-        write_json_atomic(cfg.out / "soak.json", {
+        doc = {
             "format": FORMAT,
             "engine": cfg.engine,
             "started": iso(self.progress.started),
@@ -830,7 +908,10 @@ class Agent:
             "interval_s": cfg.interval_s,
             "agent": {"pid": os.getpid(), "python": sys.version.split()[0], **driver},
             "gpus": {cfg.host: gpus},
-        }, sync=True)
+        }
+        if no_telemetry:
+            doc["no_telemetry"] = {cfg.host: no_telemetry}
+        write_json_atomic(cfg.out / "soak.json", doc, sync=True)
 
     def run(self) -> int:
         try:
@@ -838,8 +919,13 @@ class Agent:
             try:
                 sampler = Sampler(self.load_nvml(), self.cfg.host)
             except Exception as exc:  # noqa: BLE001 - NVML absent or broken: say so in the files
-                self._write_soak_json([], {})
-                return self._fail(f"NVML: {type(exc).__name__}: {exc}")
+                reason = f"NVML: {type(exc).__name__}: {exc}"
+                if self.cfg.engine != "vllm" or self.driver_loaded():
+                    self._write_soak_json([], {})
+                    return self._fail(reason)
+                sampler = NoTelemetry(f"no NVIDIA driver on this machine ({reason})")
+                print(f"preflight soak agent: no GPU telemetry: {sampler.reason}; the vllm engine runs without it",
+                      flush=True)
             try:
                 return self._run(sampler)
             finally:
@@ -848,10 +934,11 @@ class Agent:
             os.close(self._wake_r)
             os.close(self._wake_w)
 
-    def _run(self, sampler: Sampler) -> int:
+    def _run(self, sampler: Sampler | NoTelemetry) -> int:
         cfg, p = self.cfg, self.progress
         described = sampler.gpus
-        self._write_soak_json(described, sampler.driver())
+        no_telemetry = sampler.reason if isinstance(sampler, NoTelemetry) else None
+        self._write_soak_json(described, sampler.driver(), no_telemetry)
         selected = [g for g in range(len(sampler.handles)) if cfg.gpus is None or g in cfg.gpus]
         engine = self.engine_factory(cfg, [(g, described[g]["uuid"]) for g in selected])
         try:
@@ -868,7 +955,7 @@ class Agent:
         p.state, p.phase = "running", cfg.engine
         print(f"preflight soak agent: pid {p.pid}, {len(sampler.handles)} GPUs, engine {cfg.engine}, "
               f"{cfg.seconds:g} s every {cfg.interval_s:g} s", flush=True)
-        deadline = p.started + cfg.seconds
+        deadline = p.started + cfg.seconds + cfg.startup_allowance_s
         last_sync = [time.monotonic()]
         tick_at = time.time()
         while True:
@@ -892,25 +979,28 @@ class Agent:
             p.error(message)
             self._engine_failed = True
         self._tick(sampler, engine, events, logs, last_sync, final=True)
+        engine_summary = engine.summary()
+        logs["events"].append(row_text(finding_events(engine_summary, cfg.host, time.time())))
         for log in logs.values():
             log.sync()
             log.close()
-        engine_summary = engine.summary()
         limits = {d["gpu"]: d.get("power_limit_w") for d in described}
         p.summary = {"engine": engine_summary, "power": power_summary(self._power, limits, engine_summary),
                      "stopped_by_signal": stopped, "events": events.note}
+        if no_telemetry:
+            p.summary["no_telemetry"] = no_telemetry
         p.state = p.phase = "failed" if self._engine_failed else "finished"
         self._beat(sync=True)
         print_summary(p, sys.stdout)
         return 1 if self._engine_failed else 0
 
-    def _tick(self, sampler: Sampler, engine, events: EventWatcher, logs: dict, last_sync: list[float],
+    def _tick(self, sampler: Sampler | NoTelemetry, engine, events: EventWatcher, logs: dict, last_sync: list[float],
               final: bool = False) -> None:
         """One interval: read every GPU, append the rows, replace the heartbeat. Its CPU time (this
         thread's, the heartbeat's write included) is what the heartbeat reports per tick."""
         p = self.progress
         cpu0 = time.thread_time()
-        samples = [s for s in map(sampler.sample, range(len(sampler.handles))) if s is not None]
+        samples = [s for gpu in range(len(sampler.handles)) if (s := sampler.sample(gpu)) is not None]
         rows, engine_errors = engine.poll(self.cfg.host, final)
         logs["telemetry"].append(row_text(samples))
         logs["throughput"].append(row_text(rows))
@@ -950,8 +1040,10 @@ def print_summary(p: Progress, out) -> None:
     summary = p.summary or {}
     power = summary.get("power") or {}
     engine = summary.get("engine") or {}
-    for gpu in sorted(set(engine) | set(power), key=int):
-        s, pw = engine.get(gpu, {}), power.get(gpu, {})
+    # The burn's summary is keyed by GPU; the vllm and endpoint engines' by topic (serving_lines).
+    per_gpu = {k: v for k, v in engine.items() if k.isdigit()}
+    for gpu in sorted(set(per_gpu) | set(power), key=int):
+        s, pw = per_gpu.get(gpu, {}), power.get(gpu, {})
         parts = [f"GPU {gpu}:"]
         if "tflops_median" in s:
             parts.append(f"burn GEMM {s['tflops_median']:.1f} TFLOP/s (n={s.get('gemm_size')}),"
@@ -963,16 +1055,79 @@ def print_summary(p: Progress, out) -> None:
         if pw.get("power_of_limit") is not None:
             parts.append(f"power {pw['power_median_w']:.0f} of {pw['power_limit_w']:.0f} W ({pw['power_of_limit']:.1%})")
         print(" ".join(parts), file=out)
+    for line in serving_lines(engine):
+        print(line, file=out)
+    if summary.get("no_telemetry"):
+        print(f"no GPU telemetry: {summary['no_telemetry']}", file=out)
     doc = heartbeat_doc(p, time.time(), time.process_time())
     print(f"state {p.state}; {p.ticks} ticks, {p.rows} GPU samples; sampler CPU "
           f"{doc['sampler_cpu_ms_per_tick']} ms per tick ({doc['sampler_cpu_ms_per_gpu_sample']} ms per GPU sample)"
           + (f"; last error: {p.last_error}" if p.last_error else ""), file=out, flush=True)
 
 
+class EngineUnavailable(RuntimeError):
+    """An engine's files are not beside the agent."""
+
+
+def serving_module():
+    """vllm_engine.py from beside this file, imported as the top-level module it is on a node
+    (it imports its sibling loadgen.py the same way)."""
+    missing = [name for name in ("vllm_engine.py", "loadgen.py") if not (HERE / name).is_file()]
+    if missing:
+        raise EngineUnavailable(f"{' and '.join(missing)} not found beside the agent in {HERE}: the vllm and "
+                                "endpoint engines need them (preflight soak ships them with agent.py)")
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import vllm_engine
+
+    return vllm_engine
+
+
+def serving_lines(engine: dict) -> list[str]:
+    """The summary of a ``vllm`` or ``endpoint`` engine (vllm_engine's ``summary()``) as lines:
+    the server, the load, each server-log finding with what to try, the notes."""
+    lines = []
+    server = engine.get("server")
+    if server:
+        ready = server.get("ready_after_s")
+        lines.append(f"vLLM server: {'never ready' if ready is None else f'ready after {ready} s'}, RSS peak "
+                     f"{server.get('rss_peak_mib')} MiB, exit code {server.get('exit_code')}"
+                     + (f" after {server['stopped_with']}" if server.get("stopped_with") else "")
+                     + f"; log {server.get('log')}")
+    if engine.get("url"):
+        lines.append(f"endpoint {engine['url']}")
+    load = engine.get("load")
+    if load:
+        ttft, tpot = load.get("ttft_ms") or {}, load.get("tpot_ms") or {}
+        lines.append(f"load: {load.get('requests_completed')} requests, {load.get('output_tokens')} output tokens "
+                     f"in {load.get('duration_s')} s over {load.get('windows')} windows; TTFT p50 {ttft.get('p50')} ms, "
+                     f"TPOT p50 {tpot.get('p50')} ms; errors {load.get('errors') or 'none'}")
+    for f in engine.get("findings") or ():
+        lines.append(f"server log line {f['line']}: {f['symptom']}: {f['summary']}; try: {f['suggestion']}")
+    lines += [f"note: {n}" for n in engine.get("notes") or ()]
+    return lines
+
+
 def _make_engine(cfg: AgentConfig, gpus: list[tuple[int, str]]):
     if cfg.engine == "none":
         return NoEngine()
-    return BurnEngine(gpus, cfg.burn)
+    if cfg.engine == "burn":
+        return BurnEngine(gpus, cfg.burn)
+    ve = serving_module()
+    sp = cfg.serve
+    if cfg.engine == "endpoint":
+        load = ve.loadgen.LoadConfig(url=sp.endpoint, concurrency=sp.concurrency, max_tokens=sp.max_tokens)
+        return ve.EndpointEngine(load, cfg.out, cfg.seconds)
+    # The engine points the load at its own server once it has a port.
+    load = ve.loadgen.LoadConfig(concurrency=sp.concurrency, max_tokens=sp.max_tokens)
+    params = ve.VllmParams(model=sp.model, python=sp.python, skip_tokenizer_init=sp.skip_tokenizer_init,
+                           extra_args=sp.extra_args, ready_timeout_s=sp.ready_timeout_s, load=load)
+    return ve.VllmEngine(params, cfg.out, cfg.seconds, [uuid for _, uuid in gpus if uuid])
+
+
+def finding_events(engine_summary: dict, host: str, now: float) -> list[EventRow]:
+    """The server-log findings of a ``vllm`` engine's summary as events.csv rows (symptom, line)."""
+    return [EventRow(round(now, 3), host, None, f["symptom"], f["line"]) for f in engine_summary.get("findings") or ()]
 
 
 def load_nvml(fake: str | None):
@@ -1048,6 +1203,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="agent.py", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="soak directory to create (default: ./soak-TIMESTAMP)")
@@ -1061,9 +1223,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gemm-size", type=int, default=None, help="burn: GEMM size n (default: by GPU memory)")
     ap.add_argument("--bench", type=_seconds, default=0.0, metavar="S",
                     help="burn: afterwards, run a plain torch.matmul loop on the same sizes for S seconds per GPU")
+    serve = ap.add_argument_group("vllm and endpoint engines")
+    serve.add_argument("--model", help="vllm: a built-in model config (tiny-llama-ci, llama-3-70b-dense, "
+                       "qwen3-235b-a22b-moe), an HF config directory or .json, or a model path")
+    serve.add_argument("--vllm-python", default="python3", help="vllm: the Python that has vLLM (default python3)")
+    serve.add_argument("--vllm-arg", action="append", default=[], metavar="ARGS",
+                       help="vllm: more server flags, split like a shell line; repeatable; write "
+                            "--vllm-arg=--enforce-eager or --vllm-arg='--kv-cache-dtype fp8'")
+    serve.add_argument("--skip-tokenizer-init", dest="skip_tokenizer_init", action="store_true", default=True,
+                       help="vllm: start the server without a tokenizer (the default: the load sends token ids)")
+    serve.add_argument("--no-skip-tokenizer-init", dest="skip_tokenizer_init", action="store_false",
+                       help="vllm: let the server load the model's tokenizer")
+    serve.add_argument("--ready-timeout", type=_seconds, default=ServeParams.ready_timeout_s, metavar="S",
+                       help="vllm: longest server start-up, on top of --seconds (default %(default)g)")
+    serve.add_argument("--endpoint", metavar="URL", help="endpoint: base URL of the OpenAI-compatible server to load")
+    serve.add_argument("--concurrency", type=_count, default=ServeParams.concurrency,
+                       help="requests kept in flight (default %(default)d)")
+    serve.add_argument("--max-tokens", type=_count, default=ServeParams.max_tokens,
+                       help="output tokens per request (default %(default)d)")
     ap.add_argument("--detach", action="store_true", help="run in the background, detached from the terminal/SSH session")
     ap.add_argument("--fake-nvml", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.engine == "vllm" and not args.model:
+        ap.error("--engine vllm needs --model")
+    if (args.engine == "endpoint") != bool(args.endpoint):
+        ap.error("--endpoint URL goes with --engine endpoint, and --engine endpoint needs it")
+    try:
+        args.vllm_arg = tuple(a for text in args.vllm_arg for a in shlex.split(text))
+    except ValueError as exc:
+        ap.error(f"--vllm-arg: {exc}")
     if args.interval < 1 / MAX_RATE_HZ:
         ap.error(f"--interval: at most {MAX_RATE_HZ:g} samples a second (>= {1 / MAX_RATE_HZ:g} s)")
     if not 0 <= args.copy_fraction < 1:
@@ -1082,13 +1270,21 @@ def main(argv: list[str] | None = None) -> int:
     if (out / "soak.json").exists():
         print(f"preflight soak agent: {out} already holds a soak (soak.json); choose another --out", file=sys.stderr)
         return 2
+    if args.engine in SERVING_ENGINES:
+        try:
+            serving_module()
+        except EngineUnavailable as exc:
+            print(f"preflight soak agent: --engine {args.engine}: {exc}", file=sys.stderr)
+            return 2
     out.mkdir(parents=True, exist_ok=True)
     print(f"preflight soak agent: writing to {out}", flush=True)
     if args.detach and (code := detach(out)) is not None:
         return code
     cfg = AgentConfig(out=out, host=args.host or socket.gethostname(), engine=args.engine, seconds=args.seconds,
                       interval_s=args.interval, gpus=args.gpus,
-                      burn=BurnParams(args.window, args.copy_fraction, args.gemm_size, args.bench))
+                      burn=BurnParams(args.window, args.copy_fraction, args.gemm_size, args.bench),
+                      serve=ServeParams(args.model, args.vllm_python, args.vllm_arg, args.skip_tokenizer_init,
+                                        args.ready_timeout, args.endpoint, args.concurrency, args.max_tokens))
     agent = Agent(cfg, lambda: load_nvml(args.fake_nvml))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, agent.request_stop)

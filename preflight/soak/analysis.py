@@ -34,7 +34,13 @@ Checks and their symptoms (findings carry the soak's host):
 - ``soak-telemetry``: FAIL ``gpu-fallen-off-bus`` for a GPU whose last reading comes more
   than ``max(fallen_off_intervals x interval, fallen_off_min_s)`` before its host's last
   sample (rows that keep coming with every reading empty count as stopped). Gaps longer than
-  ``gap_intervals`` sampling intervals are notes.
+  ``gap_intervals`` sampling intervals are notes. A host without any telemetry is an ERROR,
+  except a ``vllm`` soak whose agent found no NVIDIA driver (soak.json ``no_telemetry``: vLLM
+  on the CPU, as in CI): SKIP "no GPU telemetry", and only its throughput is judged.
+
+Throughput series are the metrics of throughput.csv other than the load generator's
+latencies, error counts and server gauges (``NOT_THROUGHPUT``, ``*_ms``): a fall in TTFT or in
+requests waiting is no throughput cliff.
 
 Baseline and final throughput are medians over a window of ``min(baseline_max_s, span x
 baseline_fraction)`` at the start and at the end (5 minutes of a long soak, the first and
@@ -76,6 +82,13 @@ CHECK_OUTLIERS = "soak-outliers"
 CHECK_TELEMETRY = "soak-telemetry"
 
 PRIMARY_METRICS = ("output_tokens_per_s", "tflops", "gpu_tflops", "hbm_gbps", "gpu_hbm_gbps")
+# loadgen.py's per-window figures that are not rates of work done (its latency percentiles end in _ms).
+NOT_THROUGHPUT = frozenset({"errors", "in_flight", "requests_running", "requests_waiting", "kv_cache_usage",
+                            "preemptions"})
+
+
+def is_throughput(metric: str) -> bool:
+    return metric not in NOT_THROUGHPUT and not metric.endswith("_ms")
 
 
 @dataclass(frozen=True)
@@ -238,8 +251,16 @@ def analyze(data: SoakData, *, thresholds: Thresholds = Thresholds(),
     thr_by_host = dict(tuple(thr.groupby("host", sort=False)))
     trends = {host: throughput_trends(thr_by_host[host], th) if host in thr_by_host else [] for host in hosts}
     outliers = outlier_findings(by_host, trends, th)
+    no_telemetry = ((data.meta.extra or {}).get("no_telemetry") or {}) if data.meta.engine == "vllm" else {}
     for host in hosts:
         host_gpus = by_host[host]
+        if not host_gpus and host in no_telemetry:
+            host_thr = thr_by_host.get(host, thr.iloc[:0])
+            findings += [Finding(CHECK_TELEMETRY, host, Status.SKIP,
+                                 f"no GPU telemetry: {no_telemetry[host]}; temperature, clocks and power not judged"),
+                         throughput_check(host, trends[host], tele.iloc[:0], th, t0=_first_time(host_thr))]
+            sections[host] = throughput_only_section(data.meta.engine, host_thr, trends[host])
+            continue
         if not host_gpus:
             findings.append(Finding(CHECK_TELEMETRY, host, Status.ERROR,
                                     f"no telemetry samples for this host in {TELEMETRY_CSV}: not judged"))
@@ -483,7 +504,8 @@ def telemetry_check(host: str, gpus: Sequence[GpuSummary], th: Thresholds) -> tu
 
 
 def throughput_trends(rows: pd.DataFrame, th: Thresholds) -> list[MetricTrend]:
-    """One trend per (metric, gpu) series of one host's throughput rows, node-wide series first."""
+    """One trend per (metric, gpu) throughput series (``is_throughput``) of one host's rows."""
+    rows = rows[rows["metric"].map(is_throughput).astype(bool)]
     gpu = rows["gpu"] if "gpu" in rows else pd.Series(np.nan, index=rows.index)
     key = gpu.fillna(-1).astype(int)
     trends = [throughput_trend(metric, series["time"].to_numpy(float), series["value"].to_numpy(float), th,
@@ -526,10 +548,12 @@ def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)))
 
 
-def throughput_check(host: str, trends: Sequence[MetricTrend], host_tele: pd.DataFrame, th: Thresholds) -> Finding:
+def throughput_check(host: str, trends: Sequence[MetricTrend], host_tele: pd.DataFrame, th: Thresholds,
+                     t0: float | None = None) -> Finding:
+    """``t0``, where times are counted from: the host's first telemetry sample unless given."""
     if not trends:
         return Finding(CHECK_THROUGHPUT, host, Status.SKIP, f"no throughput recorded for this host in {THROUGHPUT_CSV}")
-    t0 = float(host_tele["time"].min())
+    t0 = float(host_tele["time"].min()) if t0 is None else t0
     statuses, symptoms, parts, evidence = [], [], [], []
     any_cliff = any(t.cliff is not None for t in trends)
     for metric in _metric_order(trends):
@@ -668,17 +692,34 @@ def host_section(engine: str, gpus: Sequence[GpuSummary], trends: Sequence[Metri
     temps = [g.max_temperature_c for g in gpus if g.max_temperature_c is not None]
     clocks = [g.min_loaded_sm_clock_mhz for g in gpus if g.min_loaded_sm_clock_mhz is not None]
     seen = int(np.bitwise_or.reduce([g.reasons_seen for g in gpus]))
-    node = node_throughput(trends)
     return HostSoak(
         engine=engine,
         duration_s=round(float(max(g.last_t for g in gpus) - min(g.first_t for g in gpus)), 2),
         max_temperature_c=float(max(temps)) if temps else None,
         min_sm_clock_mhz=float(min(clocks)) if clocks else None,
         throttle_reasons_seen=tuple(sorted(reasons_from_bitmask(seen))),
-        throughput_baseline=round(float(node.baseline), 3) if node else None,
-        throughput_final=round(float(node.final), 3) if node else None,
-        throughput_decay=round(float(node.decay), 4) if node and node.decay is not None else None,
+        **_throughput_fields(trends),
     )
+
+
+def throughput_only_section(engine: str, rows: pd.DataFrame, trends: Sequence[MetricTrend]) -> HostSoak:
+    """The ``soak`` section of a host without GPU telemetry, its duration that of its throughput
+    windows (each row is stamped at its window's end, so the first window adds one step)."""
+    t = np.unique(rows["time"].to_numpy(float))
+    span = float(t[-1] - t[0] + np.median(np.diff(t))) if len(t) > 1 else 0.0
+    return HostSoak(engine=engine, duration_s=round(span, 2), max_temperature_c=None, min_sm_clock_mhz=None,
+                    throttle_reasons_seen=(), **_throughput_fields(trends))
+
+
+def _throughput_fields(trends: Sequence[MetricTrend]) -> dict[str, float | None]:
+    node = node_throughput(trends)
+    return {"throughput_baseline": round(float(node.baseline), 3) if node else None,
+            "throughput_final": round(float(node.final), 3) if node else None,
+            "throughput_decay": round(float(node.decay), 4) if node and node.decay is not None else None}
+
+
+def _first_time(rows: pd.DataFrame) -> float | None:
+    return float(rows["time"].min()) if len(rows) else None
 
 
 def node_throughput(trends: Sequence[MetricTrend]) -> NodeThroughput | None:

@@ -1,13 +1,16 @@
 """``preflight soak``: start the soak agent on every node, watch it, collect and merge its files.
 
 For each node (over SSH, or this machine with ``--local``) the controller
-1. ships ``agent.py`` (one self-contained file) through the command's stdin to
-   ``<node-dir>/<run-id>/agent.py`` (default node dir ``~/.cache/preflight/soak``) and starts it
-   with ``--detach``, so the agent outlives the SSH session and the controller;
+1. ships the agent through the command's stdin as a tar stream that a fixed ``python3 -c``
+   unpacks into ``<node-dir>/<run-id>/`` (default node dir ``~/.cache/preflight/soak``):
+   ``agent.py``, ``vllm_engine.py`` and ``loadgen.py`` (the ``vllm`` and ``endpoint`` engines),
+   and ``models/<name>.json`` when ``--model`` names a built-in config; then starts the agent
+   with ``--detach``, so it outlives the SSH session and the controller;
 2. polls it every few seconds with one small ``python3 -c`` command that returns the heartbeat
-   and the bytes appended to the agent's files since the last poll; those bytes are appended
-   to ``reports/<run-id>/soak/<host>/``, which therefore mirrors the node's soak directory as
-   the run goes (a node that dies mid-run has still delivered all but its last poll's data);
+   and the bytes appended to the agent's files since the last poll (the CSVs, agent.log, and the
+   vLLM server and load generator logs); those bytes are appended to
+   ``reports/<run-id>/soak/<host>/``, which therefore mirrors the node's soak directory as the
+   run goes (a node that dies mid-run has still delivered all but its last poll's data);
 3. shows a live view: state, elapsed/planned, the node's throughput, its hottest GPU, its
    lowest SM clock and the clocks-event reasons active in the latest samples;
 4. when every agent has finished (or failed, died, or its node stayed unreachable past the
@@ -32,6 +35,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,12 +61,14 @@ from ..parsers.nvidia_smi import reasons_from_bitmask
 from .agent import EVENT_COLUMNS, TELEMETRY_COLUMNS, THROUGHPUT_COLUMNS
 
 AGENT_PATH = Path(__file__).with_name("agent.py")
+# Shipped beside agent.py, which imports them for the vllm and endpoint engines.
+SIBLING_PATHS = tuple(AGENT_PATH.with_name(name) for name in ("vllm_engine.py", "loadgen.py"))
+MODELS_DIR = AGENT_PATH.with_name("models")
 RUN_FORMAT = "preflight-soak-run/1"
 SOAK_FORMAT = "preflight-soak/1"
 NODE_DIR = "~/.cache/preflight/soak"
-ENGINES = ("burn", "vllm", "none")
-SUPPORTED_ENGINES = ("burn", "none")
-APPEND_FILES = ("telemetry.csv", "throughput.csv", "events.csv", "agent.log")
+ENGINES = ("burn", "vllm", "endpoint", "none")
+APPEND_FILES = ("telemetry.csv", "throughput.csv", "events.csv", "agent.log", "vllm-server.log", "loadgen.log")
 WHOLE_FILES = ("heartbeat.json", "soak.json")
 # The merged files, with the header each gets when no host delivered a line.
 MERGED_CSVS = {"telemetry.csv": TELEMETRY_COLUMNS, "throughput.csv": THROUGHPUT_COLUMNS, "events.csv": EVENT_COLUMNS}
@@ -73,24 +79,36 @@ POLL_S = 2.0
 GRACE_S = 120.0
 STALE_S = 60.0
 FINAL_STATES = ("finished", "failed")
+# The node-wide throughput rows the live view shows: the burn's rates, and of the load
+# generator's many figures per window (loadgen.py) the rate, the median latencies and the errors.
+LIVE_METRICS = ("tflops", "hbm_gbps", "output_tokens_per_s", "ttft_p50_ms", "tpot_p50_ms", "errors")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
-# Run on the node as `python3 -c _START NODE_DIR RUN_ID AGENT_ARGS...` with agent.py on stdin.
+# Run on the node as `python3 -c _START NODE_DIR RUN_ID AGENT_ARGS...` with the agent's tar
+# (agent_bundle) on stdin: regular files only, each written under the run's directory.
 _START = """\
-import os, sys
+import io, os, sys, tarfile
 d = os.path.abspath(os.path.join(os.path.expanduser(sys.argv[1]), sys.argv[2]))
 os.makedirs(d, exist_ok=True)
-path = os.path.join(d, "agent.py")
-with open(path, "wb") as f:
-    f.write(sys.stdin.buffer.read())
-os.execv(sys.executable, [sys.executable, path, "--out", d, "--detach"] + sys.argv[3:])
+with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read())) as tar:
+    for m in tar.getmembers():
+        parts = m.name.split("/")
+        if not m.isfile() or m.name.startswith("/") or ".." in parts:
+            sys.exit("preflight soak: refusing %r from the agent's bundle" % m.name)
+        path = os.path.join(d, *parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(tar.extractfile(m).read())
+os.execv(sys.executable, [sys.executable, os.path.join(d, "agent.py"), "--out", d, "--detach"] + sys.argv[3:])
 """
 
 # `python3 -c _PULL NODE_DIR RUN_ID CAP NAME OFFSET...`: a JSON object with, per file that
 # exists, the bytes from OFFSET (from 0 when the file is shorter) and its size, and whether
-# the heartbeat's pid is alive (a zombie is not: some container inits never reap). An agent
-# found gone has its heartbeat read again: it may have written its last one and exited
-# between the first read and the check.
+# the heartbeat's pid is alive (a zombie is not: some container inits never reap). Files are
+# read in argument order, heartbeat first (pull_argv): the agent writes rows before the
+# heartbeat that counts them, so a final heartbeat comes with every row. An agent found gone
+# has everything read again: it may have written its last rows and heartbeat and exited
+# between the first reads and the check.
 _PULL = """\
 import base64, json, os, sys
 d = os.path.abspath(os.path.join(os.path.expanduser(sys.argv[1]), sys.argv[2]))
@@ -106,8 +124,10 @@ def read(name, offset):
     except FileNotFoundError:
         return
     out["files"][name] = {"offset": offset, "size": size, "data": base64.b64encode(data).decode()}
-for name, offset in zip(sys.argv[4::2], sys.argv[5::2]):
-    read(name, int(offset))
+def read_all():
+    for name, offset in zip(sys.argv[4::2], sys.argv[5::2]):
+        read(name, int(offset))
+read_all()
 try:
     pid = int(json.loads(base64.b64decode(out["files"]["heartbeat.json"]["data"]))["pid"])
     os.kill(pid, 0)
@@ -123,7 +143,7 @@ except PermissionError:
 except (KeyError, ValueError, TypeError):
     pass
 if out["alive"] is False:
-    read("heartbeat.json", 0)
+    read_all()
 sys.stdout.write(json.dumps(out))
 """
 
@@ -141,7 +161,8 @@ class SoakPlan:
 
     ``hosts`` empty means this machine (``local_name`` names it in the files). ``python`` is the
     interpreter on the nodes (default ``python3``; locally, this one). ``agent_args`` are passed
-    to every agent as they are (e.g. ``--bench 30``)."""
+    to every agent as they are (e.g. ``--bench 30``, ``--model tiny-llama-ci``); ``builtin_model``
+    names the config in ``models/`` that goes with the agent, if the model is one of those."""
 
     run_id: str
     out: Path
@@ -154,6 +175,7 @@ class SoakPlan:
     python: str | None = None
     node_dir: str = NODE_DIR
     agent_args: tuple[str, ...] = ()
+    builtin_model: str | None = None
     poll_s: float = POLL_S
     created: float = field(default_factory=time.time)
 
@@ -166,7 +188,8 @@ class SoakPlan:
         return {"format": RUN_FORMAT, "run_id": self.run_id, "engine": self.engine, "seconds": self.seconds,
                 "interval_s": self.interval_s, "hosts": [asdict(h) for h in self.hosts],
                 "local_name": self.local_name, "ssh": ssh, "python": self.python, "node_dir": self.node_dir,
-                "agent_args": list(self.agent_args), "poll_s": self.poll_s, "created": self.created}
+                "agent_args": list(self.agent_args), "builtin_model": self.builtin_model, "poll_s": self.poll_s,
+                "created": self.created}
 
     @classmethod
     def from_json(cls, doc: dict, out: Path) -> SoakPlan:
@@ -175,8 +198,8 @@ class SoakPlan:
         return cls(run_id=doc["run_id"], out=out, engine=doc["engine"], seconds=doc["seconds"],
                    interval_s=doc["interval_s"], hosts=tuple(Host(**h) for h in doc["hosts"]),
                    local_name=doc["local_name"], ssh=SshOptions(**ssh), python=doc["python"],
-                   node_dir=doc["node_dir"], agent_args=tuple(doc["agent_args"]), poll_s=doc["poll_s"],
-                   created=doc["created"])
+                   node_dir=doc["node_dir"], agent_args=tuple(doc["agent_args"]),
+                   builtin_model=doc.get("builtin_model"), poll_s=doc["poll_s"], created=doc["created"])
 
 
 def run_json_path(out: Path, run_id: str) -> Path:
@@ -279,9 +302,28 @@ def agent_argv(plan: SoakPlan, host: str) -> list[str]:
             "--seconds", repr(float(plan.seconds)), "--interval", repr(float(plan.interval_s)), *plan.agent_args]
 
 
+def builtin_models() -> list[str]:
+    return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
+
+
+def agent_bundle(builtin_model: str | None) -> bytes:
+    """The tar that _START unpacks on the node: agent.py, its sibling modules, and the model config."""
+    files = [(AGENT_PATH, AGENT_PATH.name)] + [(p, p.name) for p in SIBLING_PATHS]
+    if builtin_model:
+        files.append((MODELS_DIR / f"{builtin_model}.json", f"models/{builtin_model}.json"))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, name in files:
+            data = path.read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
 def start_agent(node, plan: SoakPlan) -> Started:
     """Ship the agent and start it detached; its reply comes once it samples (or failed)."""
-    reply = node.run(agent_argv(plan, node.name), AGENT_PATH.read_bytes(), timeout_s=90.0)
+    reply = node.run(agent_argv(plan, node.name), agent_bundle(plan.builtin_model), timeout_s=90.0)
     if reply.error:
         return Started(node.name, False, reply.error)
     report = _last_json_line(reply.stdout)
@@ -338,8 +380,8 @@ class Mirror:
             self._partial[name] = first  # not even the header is complete yet
 
     def pull_argv(self, plan: SoakPlan) -> list[str]:
-        pairs = [x for name in APPEND_FILES for x in (name, str(self.sizes[name]))]
-        pairs += [x for name in WHOLE_FILES for x in (name, "0")]
+        pairs = [x for name in WHOLE_FILES for x in (name, "0")]
+        pairs += [x for name in APPEND_FILES for x in (name, str(self.sizes[name]))]
         return [_python(plan), "-c", _PULL, plan.node_dir, plan.run_id, str(PULL_CAP), *pairs]
 
     def apply(self, files: dict) -> dict[str, list[dict]]:
@@ -471,7 +513,8 @@ class HostWatch:
             if (gpu := _num(row.get("gpu"))) is not None:
                 self.telemetry[int(gpu)] = row
         for row in rows.get("throughput.csv", []):
-            if row.get("gpu", "") == "" and (value := _num(row.get("value"))) is not None:
+            live = row.get("gpu", "") == "" and row.get("metric") in LIVE_METRICS
+            if live and (value := _num(row.get("value"))) is not None:
                 self.throughput[row["metric"]] = value
         beat = (self.heartbeat or {}).get("now_epoch")
         if beat != self._beat_seen[0]:
@@ -602,6 +645,10 @@ def merge_soak(run_dir: Path, outcomes: dict[str, tuple[str, str | None]]) -> di
                        "summary": (beats[h] or {}).get("summary")} for h in outcomes},
         "missing": {h: outcomes[h][1] or outcomes[h][0] for h in outcomes if h not in hosts},
     }
+    # Hosts whose agent ran without GPU telemetry (vllm on a machine without the NVIDIA driver).
+    no_telemetry = {h: metas[h]["no_telemetry"][h] for h in hosts if h in (metas[h].get("no_telemetry") or {})}
+    if no_telemetry:
+        doc["no_telemetry"] = no_telemetry
     _replace(run_dir / "soak.json", (json.dumps(doc, indent=1) + "\n").encode())
     return doc
 
@@ -716,11 +763,32 @@ def add_parser(sub) -> argparse.ArgumentParser:
     length = p.add_mutually_exclusive_group()
     length.add_argument("--hours", type=_positive, help="run length in hours (default 1)")
     length.add_argument("--minutes", type=_positive, help="run length in minutes")
-    p.add_argument("--engine", choices=ENGINES, default="burn", help="load: burn (PyTorch GEMM + HBM copy), "
-                   "vllm, or none (telemetry only, you load the GPUs)")
+    p.add_argument("--engine", choices=ENGINES, help="load: burn (PyTorch GEMM + HBM copy; the default), vllm "
+                   "(serve --model with dummy weights and load it), endpoint (load --endpoint URL), or none "
+                   "(telemetry only, you load the GPUs)")
     p.add_argument("--interval", type=_positive, default=1.0, help="seconds between NVML samples (default 1, min 0.1)")
     p.add_argument("--bench", type=_positive, metavar="S", help="burn: then run a plain torch.matmul loop for S s per GPU")
     p.add_argument("--python", help="Python on the nodes, with pynvml (and torch for burn) (default: python3)")
+    serve = p.add_argument_group("vllm and endpoint engines (a vllm soak's length counts from the moment the "
+                                 "server answers; its start-up comes on top)")
+    serve.add_argument("--model", help=f"vllm: a built-in model config ({', '.join(builtin_models())}, shipped "
+                       "with the agent), or an HF config directory, model path or hub id as the nodes see it")
+    serve.add_argument("--vllm-python", metavar="PYTHON", help="vllm: the Python on the nodes that has vLLM "
+                       "(default python3)")
+    serve.add_argument("--vllm-arg", action="append", default=[], metavar="ARGS",
+                       help="vllm: more server flags, split like a shell line; repeatable, e.g. "
+                            "--vllm-arg=--enforce-eager --vllm-arg='--kv-cache-dtype fp8'")
+    serve.add_argument("--skip-tokenizer-init", dest="skip_tokenizer_init", action="store_true", default=None,
+                       help="vllm: start the server without a tokenizer (the agent's default)")
+    serve.add_argument("--no-skip-tokenizer-init", dest="skip_tokenizer_init", action="store_false",
+                       help="vllm: let the server load the model's tokenizer")
+    serve.add_argument("--ready-timeout", type=_positive, metavar="S",
+                       help="vllm: longest server start-up (the agent's default: 1200 s)")
+    serve.add_argument("--endpoint", metavar="URL", help="load this running OpenAI-compatible server "
+                       "(implies --engine endpoint)")
+    serve.add_argument("--concurrency", type=positive(int), help="vllm/endpoint: requests in flight (default 256)")
+    serve.add_argument("--max-tokens", type=positive(int), help="vllm/endpoint: output tokens per request "
+                       "(default 256)")
     p.add_argument("--node-dir", default=NODE_DIR, help=f"where agents keep their files on the nodes (default {NODE_DIR})")
     p.add_argument("--poll", type=_positive, default=POLL_S, help=f"seconds between polls of the nodes (default {POLL_S:g})")
     p.add_argument("--run-id", help="name of the run directory (default: timestamp)")
@@ -739,10 +807,38 @@ def add_parser(sub) -> argparse.ArgumentParser:
 _positive = positive(float)
 
 
+# The command line's options for the serving engines (argparse dest -> the engines they apply to).
+SERVE_OPTIONS = {"model": ("vllm",), "vllm_python": ("vllm",), "vllm_arg": ("vllm",), "skip_tokenizer_init": ("vllm",),
+                 "ready_timeout": ("vllm",), "endpoint": ("endpoint",), "concurrency": ("vllm", "endpoint"),
+                 "max_tokens": ("vllm", "endpoint")}
+
+
+def serving_args(args, engine: str) -> tuple[str, ...]:
+    """The agent's flags for the vllm and endpoint engines, from the command line's; each value
+    is one argv item (``--vllm-arg=VALUE``, so a value starting with ``-`` stays a value)."""
+    given = [k for k in SERVE_OPTIONS if getattr(args, k) not in (None, [])]
+    stray = [k for k in given if engine not in SERVE_OPTIONS[k]]
+    if stray:
+        raise SoakUsageError(f"--{stray[0].replace('_', '-')} does not apply to --engine {engine}")
+    if engine == "vllm" and not args.model:
+        raise SoakUsageError(f"--engine vllm needs --model (built-in: {', '.join(builtin_models())})")
+    out: list[str] = []
+    for key in given:
+        value = getattr(args, key)
+        if key == "vllm_arg":
+            out += [f"--vllm-arg={v}" for v in value]
+        elif key == "skip_tokenizer_init":
+            out.append("--skip-tokenizer-init" if value else "--no-skip-tokenizer-init")
+        else:
+            out.append(f"--{key.replace('_', '-')}={value}")
+    return tuple(out)
+
+
 def plan_from_args(args, local_name: str, run_id: str) -> SoakPlan:
-    if args.engine not in SUPPORTED_ENGINES:
-        raise SoakUsageError(f"--engine {args.engine}: not yet supported; use --engine burn "
-                             f"(or none, to sample while you load the GPUs yourself)")
+    engine = args.engine or ("endpoint" if args.endpoint else "burn")
+    if engine == "endpoint" and not args.endpoint:
+        raise SoakUsageError("--engine endpoint needs --endpoint URL")
+    serve_args = serving_args(args, engine)
     if args.interval < 0.1:
         raise SoakUsageError("--interval: at most 10 samples a second (>= 0.1 s)")
     if "/" in run_id or run_id in (".", ".."):
@@ -759,10 +855,11 @@ def plan_from_args(args, local_name: str, run_id: str) -> SoakPlan:
     else:
         hosts = []
     seconds = args.minutes * 60 if args.minutes else (args.hours or 1.0) * 3600
-    agent_args = ("--bench", repr(args.bench)) if args.bench else ()
-    return SoakPlan(run_id=run_id, out=args.out, engine=args.engine, seconds=seconds, interval_s=args.interval,
+    agent_args = (("--bench", repr(args.bench)) if args.bench else ()) + serve_args
+    builtin = args.model if engine == "vllm" and args.model in builtin_models() else None
+    return SoakPlan(run_id=run_id, out=args.out, engine=engine, seconds=seconds, interval_s=args.interval,
                     hosts=tuple(hosts), local_name=local_name, ssh=_ssh_options(args), python=args.python,
-                    node_dir=args.node_dir, agent_args=agent_args, poll_s=args.poll)
+                    node_dir=args.node_dir, agent_args=agent_args, builtin_model=builtin, poll_s=args.poll)
 
 
 def _ssh_options(args) -> SshOptions:

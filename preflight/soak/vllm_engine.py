@@ -117,10 +117,11 @@ class LogFinding:
 
 
 # First match wins per symptom. Message texts are vLLM's and PyTorch's own (e.g. vllm
-# v1/core/kv_cache_utils.py, v1/worker/gpu_model_runner.py in 0.32.0).
+# v1/core/kv_cache_utils.py, v1/worker/gpu_model_runner.py in 0.32.0). Symptom names are the
+# knowledge base's (playbooks/rules.yaml, causes.yaml), which turns them into diagnoses.
 _SIGNATURES: Tuple[Tuple[str, "re.Pattern[str]", str, str], ...] = (
-    ("vllm-cuda-graph-capture", re.compile(r"Cannot capture graph|CUDA graph capture.*(fail|error)|"
-                                           r"(fail|error).*capturing CUDA graph", re.I),
+    ("vllm-cuda-graph-capture-error", re.compile(r"Cannot capture graph|CUDA graph capture.*(fail|error)|"
+                                            r"(fail|error).*capturing CUDA graph", re.I),
      "CUDA graph capture failed while the server started",
      "restart with --enforce-eager (no CUDA graphs); if it then runs, the graph capture of this "
      "model/quantization is the fault, not the GPU"),
@@ -141,6 +142,15 @@ _SIGNATURES: Tuple[Tuple[str, "re.Pattern[str]", str, str], ...] = (
      "the vLLM engine process died during the soak",
      "read the traceback before this line in the server log; a GPU fault shows as an XID in the kernel log"),
 )
+
+
+def describe_symptom(symptom: str) -> Optional[Tuple[str, str]]:
+    """(what it means, what to try) for a symptom ``scan_server_log`` reports, else None: the
+    soak directory keeps only the symptom and its line (events.csv), the analysis the words."""
+    for name, _, summary, suggestion in _SIGNATURES:
+        if name == symptom:
+            return summary, suggestion
+    return None
 
 
 def scan_server_log(text: str) -> Tuple[LogFinding, ...]:
