@@ -131,3 +131,42 @@ def test_large_outputs_arrive_whole_over_ssh(sim_cluster, tmp_path):
     run_fleet(load_hosts_file(cluster.hosts_file), plan, results.append)
     assert len(results) == 18
     assert all(r.exit_code == 0 and r.stdout == big for r in results)
+
+
+def test_controller_killed_mid_run_leaves_a_bundle_analyze_reads(sim_cluster, tmp_path):
+    """kill -9 of `preflight run` while one host hangs: what was measured is on disk, whole,
+    and `preflight analyze` judges it (the hung host is reported as never reached)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    cluster = sim_cluster([gpu_node("gpu01"), gpu_node("gpu02"), gpu_node("gpu03", hang_s=120)])
+    out = tmp_path / "reports"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "preflight", "run", "--hosts", str(cluster.hosts_file),
+         "--ssh-config", str(cluster.ssh_config), "--known-hosts", str(cluster.known_hosts),
+         "--identity", str(cluster.identity), "--out", str(out), "--run-id", "killed", "-q",
+         "--checks", SMI_CHECKS, "--timeout", "100"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    bundle = out / "killed" / "bundle"
+    deadline = time.monotonic() + 60
+    # Wait until the two healthy hosts have both probes on disk, then kill the controller.
+    while time.monotonic() < deadline:
+        done = [h for h in ("gpu01", "gpu02") if (bundle / "hosts" / h / "nvidia-smi-q.json").exists()]
+        if len(done) == 2:
+            break
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "killed" / "report.json").exists()  # it never got to judge
+
+    code = main(["analyze", str(out / "killed"), "--out", str(tmp_path / "after"), "-q", "--checks", SMI_CHECKS])
+    assert code == 1
+    [run] = (tmp_path / "after").iterdir()
+    report = json.loads((run / "report.json").read_text())
+    assert report["hosts"]["gpu01"]["status"] == "pass" and report["hosts"]["gpu02"]["status"] == "pass"
+    assert report["hosts"]["gpu03"]["status"] == "error"
+    [conn] = [f for f in report["findings"] if f["host"] == "gpu03" and f["check"] == "connectivity"]
+    assert "no evidence recorded for this host" in conn["summary"]
+    assert (bundle / "hosts/gpu01/nvidia-smi-q-x.txt").read_text() == h200_node_xml(8)
