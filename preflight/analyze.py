@@ -64,11 +64,14 @@ def analyze(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], k
     for host in bundle.hosts:
         reachable, why = host_reachability(bundle, host)
         if not reachable:
-            findings.append(Finding(CONNECTIVITY, host, Status.ERROR, f"not checked: {why}",
-                                    ("host-unreachable",)))
-            findings.extend(Finding(c.id, host, Status.ERROR, "not checked: host unreachable")
+            # No record at all means the run stopped before this host (the controller died):
+            # that says nothing about the host, unlike a connection that failed.
+            recorded = bool(bundle.probes_of(host))
+            symptom, short = ("host-unreachable", "host unreachable") if recorded else ("run-incomplete", "no evidence")
+            findings.append(Finding(CONNECTIVITY, host, Status.ERROR, f"not checked: {why}", (symptom,)))
+            findings.extend(Finding(c.id, host, Status.ERROR, f"not checked: {short}")
                             for c in checks if c.scope == "host")
-            verdict_profile[host] = profiles[GENERIC].chosen("host unreachable")
+            verdict_profile[host] = profiles[GENERIC].chosen(short)
             continue
         ctx = HostContext(host, bundle.probes_of(host), profiles[GENERIC])
         ctx.profile = _profile_for(ctx, profiles, forced_profile)

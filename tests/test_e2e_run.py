@@ -168,5 +168,6 @@ def test_controller_killed_mid_run_leaves_a_bundle_analyze_reads(sim_cluster, tm
     assert report["hosts"]["gpu01"]["status"] == "pass" and report["hosts"]["gpu02"]["status"] == "pass"
     assert report["hosts"]["gpu03"]["status"] == "error"
     [conn] = [f for f in report["findings"] if f["host"] == "gpu03" and f["check"] == "connectivity"]
-    assert "no evidence recorded for this host" in conn["summary"]
+    assert "no evidence recorded for this host" in conn["summary"] and conn["symptoms"] == ["run-incomplete"]
+    assert [d["cause"] for d in report["diagnoses"]] == ["run-incomplete"]
     assert (bundle / "hosts/gpu01/nvidia-smi-q-x.txt").read_text() == h200_node_xml(8)
