@@ -42,3 +42,25 @@ def test_forcing_the_hgx_profile_on_a_vm_slice_reports_the_missing_gpus(tmp_path
     assert by_check["gpu-inventory"]["status"] == "fail"
     assert by_check["gpu-inventory"]["summary"].startswith("1 of 8 GPUs visible")
     assert [d["cause"] for d in report["diagnoses"] if d["cause"] == "gpu-missing"] == ["gpu-missing"]
+
+
+def test_nccl_tests_and_the_torch_fallback_read_alike_on_the_real_h200():
+    """The probe's real output on the H200 with nccl-tests and with the torch fallback
+    (tests/fixtures/h200-device/MANIFEST.tsv): same sizes, same verdict."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from ctx import make_host, run_check
+
+    from preflight.nccl_probe import parse_probe_output
+
+    outputs = {name: (Path(__file__).parent / "fixtures" / "h200-device" / name).read_text()
+               for name in ("probe-nccl-tests-3reps.txt", "probe-torch-fallback-3reps.txt")}
+    sizes = []
+    for name, text in outputs.items():
+        out = parse_probe_output(text)
+        assert [r.exit_code for r in out.repetitions] == [0, 0, 0], name
+        sizes.append([row.size_bytes for row in out.repetitions[0].runs[0].rows])
+        [f] = run_check("nccl-all-reduce", make_host({"nccl-all-reduce": text}, "generic", "vm"))
+        assert f.status.value == "skip" and f.summary.startswith("single GPU: bandwidth not applicable"), name
+    assert sizes[0] == sizes[1] and sizes[0][-1] == 8 << 30
