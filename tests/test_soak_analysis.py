@@ -107,7 +107,8 @@ def test_steady_hour_on_eight_gpus_passes():
     result = analyze(S.steady())
     assert {c: f.status for c, f in _by_check(result).items()} == {
         "soak-thermal": Status.PASS, "soak-power": Status.PASS, "soak-throughput": Status.PASS,
-        "soak-outliers": Status.PASS, "soak-telemetry": Status.PASS}
+        "soak-outliers": Status.PASS, "soak-telemetry": Status.PASS,
+        "soak-memory": Status.SKIP}  # the real samples this hour is built from have no memory column
     section = result.soak_section()["gpu001"]
     assert section["duration_s"] == 3599.0 and section["throttle_reasons_seen"] == ["sw_power_cap"]
     assert section["max_temperature_c"] == 66.0 and section["throughput_decay"] == 0.0
@@ -323,3 +324,29 @@ def test_plot_of_the_real_burn_is_a_png(tmp_path):
     assert list(paths) == ["h200-vm"]
     png = paths["h200-vm"].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+
+
+def _with_memory(data, growth_mib_per_min: float):
+    """The steady hour with memory used filled in: 100 GiB from the start (a serving engine's
+    up-front allocation), growing by ``growth_mib_per_min`` on GPU 3 only."""
+    tele = data.telemetry.copy()
+    t0 = tele["time"].min()
+    tele["memory_used_mib"] = 102400.0
+    on_gpu3 = tele["gpu"] == 3
+    tele.loc[on_gpu3, "memory_used_mib"] += (tele.loc[on_gpu3, "time"] - t0) / 60 * growth_mib_per_min
+    return S.soak_data(tele, data.throughput)
+
+
+def test_memory_growth_under_steady_load_warns_on_that_gpu():
+    result = analyze(_with_memory(S.steady(), growth_mib_per_min=100))  # +~5.5 GiB over the hour
+    f = _by_check(result, "gpu001")["soak-memory"]
+    assert f.status is Status.WARN and f.symptoms == ("gpu-memory-growth",)
+    assert f.summary.startswith("GPU memory kept growing under load (GPU 3: ")
+    assert [g for g, *_ in f.data["grown"]] == [3]
+
+
+def test_steady_or_unrecorded_memory_is_not_a_finding():
+    steady = _by_check(analyze(_with_memory(S.steady(), growth_mib_per_min=0)), "gpu001")["soak-memory"]
+    assert steady.status is Status.PASS and "steady on 8 GPU(s)" in steady.summary
+    # The real capture has no memory column: nothing to judge.
+    assert _by_check(analyze(S.soak_data(*S.real_frames())), "h200-vm")["soak-memory"].status is Status.SKIP

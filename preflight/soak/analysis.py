@@ -80,6 +80,7 @@ CHECK_POWER = "soak-power"
 CHECK_THROUGHPUT = "soak-throughput"
 CHECK_OUTLIERS = "soak-outliers"
 CHECK_TELEMETRY = "soak-telemetry"
+CHECK_MEMORY = "soak-memory"
 
 PRIMARY_METRICS = ("output_tokens_per_s", "tflops", "gpu_tflops", "hbm_gbps", "gpu_hbm_gbps")
 # loadgen.py's per-window figures that are not rates of work done (its latency percentiles end in _ms).
@@ -112,6 +113,8 @@ class Thresholds:
     gap_intervals: float = 10.0
     fallen_off_intervals: float = 10.0
     fallen_off_min_s: float = 5.0
+    memory_growth_mib: float = 1024.0
+    memory_growth_fraction: float = 0.05
 
     def baseline_s(self, span_s: float) -> float:
         return min(self.baseline_max_s, self.baseline_fraction * span_s)
@@ -275,9 +278,47 @@ def analyze(data: SoakData, *, thresholds: Thresholds = Thresholds(),
             throughput_check(host, trends[host], host_tele, th),
             outliers[host],
             telemetry_finding,
+            memory_check(host, host_tele, th),
         ]
         sections[host] = host_section(data.meta.engine, host_gpus, trends[host])
     return SoakResult(sections, tuple(findings), tuple(notes))
+
+
+def memory_check(host: str, host_tele: pd.DataFrame, th: Thresholds) -> Finding:
+    """GPU memory that keeps growing under a steady load is a leak (a serving engine such as
+    vLLM allocates its KV cache up front, the burn its buffers): the median of memory used in
+    the last window is compared with the first one, both ``baseline_s`` long, counted from
+    the GPU's first loaded sample. WARN above ``memory_growth_mib`` and
+    ``memory_growth_fraction`` of the starting figure together, so small allocator noise on a
+    big card and a big relative jump on a nearly empty one both pass."""
+    grown = []
+    judged = 0
+    for gpu, g in host_tele.groupby("gpu", sort=True):
+        used = g["memory_used_mib"].to_numpy(dtype=float)
+        t = g["time"].to_numpy(dtype=float)
+        loaded = loaded_mask(g["utilization_pct"].to_numpy(dtype=float), g["power_w"].to_numpy(dtype=float),
+                             g["power_limit_w"].to_numpy(dtype=float), th)
+        ok = ~np.isnan(used)
+        if not loaded.any() or ok.sum() < 2:
+            continue
+        t0, t_end = t[loaded][0], t[ok][-1]
+        window = th.baseline_s(t_end - t0)
+        first = used[ok & (t >= t0) & (t <= t0 + window)]
+        last = used[ok & (t >= t_end - window)]
+        if t_end - t0 < 2 * window or not len(first) or not len(last):
+            continue
+        judged += 1
+        start, end = float(np.median(first)), float(np.median(last))
+        growth = end - start
+        if growth > th.memory_growth_mib and growth > th.memory_growth_fraction * max(start, 1.0):
+            grown.append((int(gpu), start, end))
+    if not judged:
+        return Finding(CHECK_MEMORY, host, Status.SKIP, "GPU memory used not recorded (or the run too short to compare)")
+    if grown:
+        listed = ", ".join(f"GPU {gpu}: {start:,.0f} -> {end:,.0f} MiB" for gpu, start, end in grown)
+        return Finding(CHECK_MEMORY, host, Status.WARN, f"GPU memory kept growing under load ({listed})",
+                       ("gpu-memory-growth",), data={"grown": [list(x) for x in grown]})
+    return Finding(CHECK_MEMORY, host, Status.PASS, f"GPU memory used steady on {judged} GPU(s)")
 
 
 # --- per GPU -------------------------------------------------------------------------------
