@@ -236,8 +236,8 @@ def _host_candidates(symptoms: set[str], kb: KnowledgeBase) -> list[_Candidate]:
             used = frozenset((rule.all | rule.any) & symptoms)
             cands.append(_Candidate(rule.cause, rule.confidence, used, rule.explains | used, rule.action))
     # A symptom that is a cause id diagnoses itself, unless a matching rule claims it: a rule
-    # that names a symptom in `explains` was written to say what that symptom means in this
-    # company, so its cause replaces the symptom's own even at a lower confidence.
+    # that names a symptom in `explains` was written to say what that symptom means in that
+    # combination, so its cause replaces the symptom's own even at a lower confidence.
     claimed = frozenset().union(*(c.explains for c in cands))
     for s in sorted(symptoms):
         if s in kb.causes and s not in claimed and not any(c.cause == s for c in cands):
