@@ -113,25 +113,17 @@ class _Verdict:
 
 def _state(rep: Repetition, out: NcclProbeOutput) -> tuple[str, str]:
     """("passed" | "hung" | "failed", why) for one repetition."""
-    errors = [e for run in rep.runs for e in run.errors]
-    complete = bool(rep.runs) and all(run.complete for run in rep.runs)
-    if rep.timed_out:
-        return "hung", f"stopped by its timeout after {rep.seconds} s (exit {rep.exit_code})"
-    if rep.exit_code is None:
-        if out.cut_off and rep is out.repetitions[-1]:
-            return "hung", "still running when the probe's own timeout stopped it"
-        if errors:
-            return "failed", errors[0]
-        if not complete:
-            return "hung", ("stopped before its 'Avg bus bandwidth' footer "
-                            "(hung, crashed, or the capture was cut)")
-        return "passed", ""
-    if rep.exit_code != 0:
-        return "failed", f"exit {rep.exit_code}" + (f": {errors[0]}" if errors else "")
-    if errors:
-        return "failed", errors[0]
-    if not complete:
-        return "failed", "exited 0 without a complete results table"
+    marked = rep.state()
+    if marked is not None:
+        return marked
+    # No exit code: the probe's own timeout cut it, or the output is a plain saved capture.
+    if out.cut_off and rep is out.repetitions[-1]:
+        return "hung", "still running when the probe's own timeout stopped it"
+    if rep.errors:
+        return "failed", rep.errors[0]
+    if not rep.complete:
+        return "hung", ("stopped before its 'Avg bus bandwidth' footer "
+                        "(hung, crashed, or the capture was cut)")
     return "passed", ""
 
 

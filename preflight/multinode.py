@@ -138,20 +138,7 @@ def _state(out: NcclProbeOutput) -> tuple[str, str]:
     if not out.repetitions:
         return ("hung", "cut off before mpirun printed anything") if out.cut_off else (
             "failed", "no all_reduce output")
-    rep = out.repetitions[0]
-    errors = [e for run in rep.runs for e in run.errors]
-    complete = bool(rep.runs) and all(run.complete for run in rep.runs)
-    if rep.timed_out:
-        return "hung", f"stopped by its timeout after {rep.seconds} s (exit {rep.exit_code})"
-    if rep.exit_code is None:
-        return "hung", "still running when the controller's timeout stopped it"
-    if rep.exit_code != 0:
-        return "failed", f"mpirun exit {rep.exit_code}" + (f": {errors[0]}" if errors else "")
-    if errors:
-        return "failed", errors[0]
-    if not complete:
-        return "failed", "exited 0 without a complete results table"
-    return "passed", ""
+    return out.repetitions[0].state("mpirun") or ("hung", "still running when the controller's timeout stopped it")
 
 
 def _named_hosts(text: str, out: NcclProbeOutput) -> tuple[str, ...]:

@@ -138,6 +138,33 @@ class Repetition:
     def timed_out(self) -> bool:
         return self.exit_code in TIMEOUT_EXITS
 
+    @property
+    def errors(self) -> list[str]:
+        return [e for run in self.runs for e in run.errors]
+
+    @property
+    def complete(self) -> bool:
+        """Every run reached its "Avg bus bandwidth" footer."""
+        return bool(self.runs) and all(run.complete for run in self.runs)
+
+    def state(self, launcher: str = "") -> tuple[str, str] | None:
+        """("passed" | "hung" | "failed", why) from the exit code and the output; None when no
+        marker gave an exit code, which each caller reads in its own light (a cut capture, a
+        controller timeout). ``launcher`` names what exited ("mpirun") in the reason."""
+        if self.timed_out:
+            return "hung", f"stopped by its timeout after {self.seconds} s (exit {self.exit_code})"
+        if self.exit_code is None:
+            return None
+        errors = self.errors
+        if self.exit_code != 0:
+            what = f"{launcher} exit" if launcher else "exit"
+            return "failed", f"{what} {self.exit_code}" + (f": {errors[0]}" if errors else "")
+        if errors:
+            return "failed", errors[0]
+        if not self.complete:
+            return "failed", "exited 0 without a complete results table"
+        return "passed", ""
+
 
 @dataclass(frozen=True)
 class NcclProbeOutput:
