@@ -204,22 +204,29 @@ RECORDED = Path(__file__).parent / "fixtures" / "recorded"
 DOCA31_OFED = "25.07-0.9.7"
 
 
-def cx8_ibstat(nics: int = 8, firmware: str = "40.46.1006", odd: dict[int, str] | None = None,
-               polling: tuple[int, ...] = ()) -> str:
-    """`ibstat` of a node with `nics` ConnectX-8 at 800 Gb/s; `odd` gives NIC index -> other firmware,
-    `polling` the NICs whose port is Down/Polling."""
+def node_ibstat(nics: int, firmware: str, odd: dict[int, str] | None = None, polling: tuple[int, ...] = (),
+                hca_type: str = "MT4129", rate: int = 400) -> str:
+    """`ibstat` of `nics` ports: the complete first CA of the real CX-7 NDR capture per NIC, with
+    GUIDs and LIDs made distinct, the CA type, rate and firmware set; `odd` gives NIC index ->
+    other firmware, `polling` the NICs whose port is Down/Polling (values as described above)."""
     block = CX7_NDR_IBSTAT.read_text().split("CA 'mlx5_1'")[0]
     out = []
     for i in range(nics):
-        b = (block.replace("CA 'mlx5_0'", f"CA 'mlx5_{i}'").replace("MT4129", "MT4131")
-             .replace("28.41.1000", (odd or {}).get(i, firmware)).replace("Rate: 400", "Rate: 800")
+        b = (block.replace("CA 'mlx5_0'", f"CA 'mlx5_{i}'").replace("MT4129", hca_type)
+             .replace("28.41.1000", (odd or {}).get(i, firmware)).replace("Rate: 400", f"Rate: {rate}")
              .replace("9c63c003005548fe", f"9c63c0030055{i:04x}").replace("Base lid: 975", f"Base lid: {975 + i}"))
         if i in polling:
             b = (b.replace("State: Active", "State: Down").replace("Physical state: LinkUp", "Physical state: Polling")
-                 .replace("Rate: 800", "Rate: 10").replace(f"Base lid: {975 + i}", "Base lid: 65535")
+                 .replace(f"Rate: {rate}", "Rate: 10").replace(f"Base lid: {975 + i}", "Base lid: 65535")
                  .replace("SM lid: 1165", "SM lid: 0"))
         out.append(b)
     return "".join(out)
+
+
+def cx8_ibstat(nics: int = 8, firmware: str = "40.46.1006", odd: dict[int, str] | None = None,
+               polling: tuple[int, ...] = ()) -> str:
+    """`ibstat` of a node with `nics` ConnectX-8 (MT4131) at 800 Gb/s."""
+    return node_ibstat(nics, firmware, odd, polling, hca_type="MT4131", rate=800)
 
 
 def doca_ethtool(firmware: str = "40.46.1006", version: str = DOCA31_OFED) -> str:

@@ -43,13 +43,13 @@ from pathlib import Path
 
 from derived import (
     CORPUS,
-    CX7_NDR_IBSTAT,
     DOCA31_OFED,
     MLX5_CMD_TIMEOUT_DMESG,
     RECORDED,
     doca_ofed_info,
     h200_node_text,
     h200_node_xml,
+    node_ibstat,
     node_nvlink_status,
     set_link,
     with_fabric,
@@ -149,17 +149,7 @@ def nic_ibstat(firmware: str = CX7_FW, odd: dict[int, str] | None = None, pollin
     Active/LinkUp, Rate 400, InfiniBand) per NIC, GUIDs and LIDs made distinct, the firmware
     set. A Polling port takes the real Down port values derived.cx8_ibstat uses (State Down,
     Rate 10, Base lid 65535, SM lid 0) with Physical state Polling."""
-    block = CX7_NDR_IBSTAT.read_text().split("CA 'mlx5_1'")[0]
-    out = []
-    for i in range(NICS):
-        b = (block.replace("CA 'mlx5_0'", f"CA 'mlx5_{i}'").replace("28.41.1000", (odd or {}).get(i, firmware))
-             .replace("9c63c003005548fe", f"9c63c0030055{i:04x}").replace("Base lid: 975", f"Base lid: {975 + i}"))
-        if i in polling:
-            b = (b.replace("State: Active", "State: Down").replace("Physical state: LinkUp", "Physical state: Polling")
-                 .replace("Rate: 400", "Rate: 10").replace(f"Base lid: {975 + i}", "Base lid: 65535")
-                 .replace("SM lid: 1165", "SM lid: 0"))
-        out.append(b)
-    return "".join(out)
+    return node_ibstat(NICS, firmware, odd, polling)
 
 
 CX7_DEVINFO = CORPUS / "ibv" / "ibv-devinfo-cx7-ndr-port-down-lid65535.txt"
