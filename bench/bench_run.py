@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from derived import CORPUS, h200_node_text, h200_node_xml  # noqa: E402
 from simcluster import Reply, SimCluster, SimHost  # noqa: E402
 
-from preflight.probes import PROBES  # noqa: E402
+from preflight.collect.probes import PROBES  # noqa: E402
 
 # Recorded replies for every static probe whose tool is shimmed; the sh -c probes (sysfs,
 # ethtool loop, dmesg) run their real scripts on the simulated host.

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import re
 
-from preflight.context import EvidenceMissing
-from preflight.plugin import error, fail, host_check, ok, skip
+from preflight.judge.context import EvidenceMissing
+from preflight.check import error, fail, host_check, ok, skip
 
 _ZERO_UUID = re.compile(r"[0-]+")
 # nvidia-smi -q label -> nvidia-smi -q -x tag, for evidence lines
@@ -45,7 +45,7 @@ HEALTH_ACTION = ("drain the node, then reset the GPU (nvidia-smi -r) -> reboot -
                  "Health lines of nvidia-smi -q for which path is down")
 
 
-@host_check("fabric-manager", probes=["nvidia-smi-q-x", "nvidia-smi-q", "nvidia-smi-nvlink-status"],
+@host_check("fabric-manager", facts=["smi", "smi_probe", "nvlink_status"],
             summary="NVSwitch fabric registered on every GPU (NVML fabric State Completed, Status Success)")
 def fabric_manager(host):
     profile = host.profile
@@ -63,7 +63,7 @@ def fabric_manager(host):
         evidence = [_evidence(host, {("State", "N/A")})]
         if clique_required:
             return fail(summary + ": the GPUs did not join the NVLink fabric" + _links_note(host),
-                        symptoms=["fabric-manager-down"], evidence=evidence, data={"action": register_action})
+                        symptoms=["fabric-manager-down"], evidence=evidence, action=register_action)
         return error(summary + ": cannot tell whether Fabric Manager registered them; "
                      "check systemctl status nvidia-fabricmanager on the node", evidence=evidence)
 
@@ -97,11 +97,11 @@ def fabric_manager(host):
     if unregistered:
         outcomes.append(fail(_grouped(unregistered, len(gpus)) + _links_note(host),
                              symptoms=["fabric-manager-down"], evidence=[_evidence(host, shown)],
-                             data={"action": register_action, "problems": unregistered}))
+                             action=register_action, data={"problems": unregistered}))
     if degraded:
         outcomes.append(fail(_grouped(degraded, len(gpus)), symptoms=["nvlink-fabric-degraded"],
                              evidence=[_evidence(host, unhealthy)],
-                             data={"action": HEALTH_ACTION, "problems": degraded}))
+                             action=HEALTH_ACTION, data={"problems": degraded}))
     if outcomes:
         return outcomes
     first = gpus[0].fabric

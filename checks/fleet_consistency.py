@@ -8,7 +8,7 @@ forgotten upgrade); VBIOS drift only warns.
 
 from collections import Counter
 
-from preflight.plugin import fail, fleet_check, ok, warn
+from preflight.check import fail, fleet_check, ok, warn
 
 
 def group_summary(values: dict[str, str], noun: str) -> str:
@@ -45,10 +45,10 @@ def compare(reports: dict, fields: dict, verdict, symptom: str):
             yield ok(f"same {' / '.join(fields)} as the fleet", host=host)
         else:
             yield verdict(f"{'; '.join(odd[host])} [{fleet_view}]", host=host, symptoms=[symptom],
-                          data={"action": "; ".join(actions[host]) + ", then reboot and re-run preflight"})
+                          action="; ".join(actions[host]) + ", then reboot and re-run preflight")
 
 
-@fleet_check("fleet-consistency", probes=["nvidia-smi-q-x", "nvidia-smi-q"],
+@fleet_check("fleet-consistency", facts=["smi"],
              summary="GPU driver and CUDA versions identical across hosts")
 def driver_consistency(fleet):
     reports = fleet.facts("smi")
@@ -58,7 +58,7 @@ def driver_consistency(fleet):
                         fail, "driver-version-drift"))
 
 
-@fleet_check("vbios-consistency", probes=["nvidia-smi-q-x", "nvidia-smi-q"],
+@fleet_check("vbios-consistency", facts=["smi"],
              summary="GPU VBIOS versions identical across hosts with the same GPU model")
 def vbios_consistency(fleet):
     # Compared within one GPU model only: an H100 node and an H200 node are meant to differ.

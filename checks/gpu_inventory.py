@@ -1,9 +1,9 @@
 """GPU inventory: the GPUs a node shows, against the count and model its platform has."""
 
-from preflight.plugin import fail, host_check, ok, skip
+from preflight.check import fail, host_check, ok, skip
 
 
-@host_check("gpu-inventory", probes=["nvidia-smi-q-x", "nvidia-smi-q"],
+@host_check("gpu-inventory", facts=["smi", "smi_probe"],
             summary="GPU count and model against the platform profile; driver and CUDA versions")
 def gpu_inventory(host):
     smi = host.smi

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from preflight.model import Evidence
-from preflight.plugin import Outcome, fail, host_check, ok, skip, warn
+from preflight.check import Outcome, fail, host_check, ok, skip, warn
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ RETIRE_PENDING = _Fault(warn, "gpu-row-remap", "retired pages pending",
 FAULTS = (UNCORRECTABLE, SRAM_THRESHOLD, REMAP_FAILED, NO_SPARE_ROWS, REMAP_PENDING, RETIRE_PENDING)
 
 
-@host_check("gpu-memory", probes=["nvidia-smi-q-x", "nvidia-smi-q"],
+@host_check("gpu-memory", facts=["smi", "smi_probe"],
             summary="ECC uncorrectable errors since boot, row remapping pending/failed, retired pages pending")
 def gpu_memory(host):
     gpus = [g for g in host.smi.gpus if g.ecc or g.remapped_rows or g.retired_pages]
@@ -88,8 +88,8 @@ def gpu_memory(host):
         summary, history = f"{fault.what} on {len(hits)} of {len(gpus)} GPUs: {names}{history}", ""
         out.append(fault.verdict(summary,
                                  symptoms=[fault.symptom], evidence=[Evidence(host.smi_probe, lines)],
-                                 data={"action": _with_index(fault.action, [g for g, _ in hits]),
-                                       "gpus": [g.pci_bus_id for g, _ in hits]}))
+                                 data={"gpus": [g.pci_bus_id for g, _ in hits]},
+                                 action=_with_index(fault.action, [g for g, _ in hits])))
     return out
 
 

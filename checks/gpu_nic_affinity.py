@@ -16,7 +16,7 @@ without NIC cells; those are named and not judged.
 
 from __future__ import annotations
 
-from preflight.plugin import host_check, ok, skip, warn
+from preflight.check import host_check, ok, skip, warn
 
 TOPO = "nvidia-smi-topo"
 # PCIe path types from nearest to farthest, as the topo -m legend orders them.
@@ -26,7 +26,7 @@ ACTION = ("check that every NIC the platform has is present and enabled (lspci -
           "same model, then re-run nccl all_reduce across nodes")
 
 
-@host_check("gpu-nic-affinity", probes=[TOPO],
+@host_check("gpu-nic-affinity", facts=["topo"],
             summary="every GPU has a NIC behind its own PCIe switch (PIX/PXB) where the platform pairs them")
 def gpu_nic_affinity(host):
     profile = host.profile
@@ -39,7 +39,7 @@ def gpu_nic_affinity(host):
     if not topo.nics:
         return warn(f"no NIC in the topology matrix, though the platform pairs each GPU with a NIC "
                     f"at {limit} or closer", symptoms=["gpu-nic-affinity"],
-                    evidence=[host.excerpt(TOPO, r"CPU Affinity")], data={"action": ACTION})
+                    evidence=[host.excerpt(TOPO, r"CPU Affinity")], action=ACTION)
 
     far, unread, nearest_of = [], [], {}
     for gpu in topo.gpus:
@@ -59,7 +59,7 @@ def gpu_nic_affinity(host):
                     f"{'; '.join(far)} (NCCL then runs without GPUDirect RDMA){notes}",
                     symptoms=["gpu-nic-affinity"],
                     evidence=[host.excerpt(TOPO, rf"CPU Affinity|^\s*({rows})\s", limit=len(far) + 1)],
-                    data={**data, "action": ACTION})
+                    data=data, action=ACTION)
     if not nearest_of:
         return skip(f"no GPU row holds NIC cells (capture truncated?){notes}")
     return ok(f"{len(nearest_of)} GPUs each have a NIC within {limit} "

@@ -20,7 +20,7 @@ reports either view (drivers before 535, excerpts without those sections).
 from __future__ import annotations
 
 from preflight.model import Evidence
-from preflight.plugin import fail, host_check, ok, skip, warn
+from preflight.check import fail, host_check, ok, skip, warn
 
 _ORDER = {"fail": 0, "warn": 1, "pass": 2}
 ACTIONS = {
@@ -30,7 +30,7 @@ ACTIONS = {
 }
 
 
-@host_check("gpu-reset", probes=["nvidia-smi-q-x", "nvidia-smi-q"],
+@host_check("gpu-reset", facts=["smi", "smi_probe"],
             summary="GPU Reset Status and GPU Recovery Action: does the driver ask for a reset, drain or reboot")
 def gpu_reset(host):
     gpus = [g for g in host.smi.gpus if g.reset_required is not None
@@ -54,7 +54,7 @@ def gpu_reset(host):
         out.append(make(f"the driver asks for recovery on {len(hits)} of {len(gpus)} GPUs: {names}",
                         symptoms=["gpu-recovery-action"],
                         evidence=[Evidence(host.smi_probe, "\n".join(f"{_label(g)}: {said}" for g, said, _ in hits))],
-                        data={"action": action, "gpus": [g.pci_bus_id for g, _, _ in hits]}))
+                        action=action, data={"gpus": [g.pci_bus_id for g, _, _ in hits]}))
     return out
 
 

@@ -25,11 +25,11 @@ A port of an unknown adapter is judged with a warning; other adapters are not ju
 
 from __future__ import annotations
 
-from preflight.context import EvidenceMissing
-from preflight.nic_matrix import expects_nics
-from preflight.plugin import fail, host_check, ok, skip, warn
+from preflight.judge.context import EvidenceMissing
+from preflight.knowledge.nic_matrix import expects_nics
+from preflight.check import fail, host_check, ok, skip, warn
 
-PROBES = ["ibv-devinfo", "ibstat", "ib-sysfs"]
+FACTS = ["ib", "ib_probe", "nics"]
 PORT_LINES = r"[Ss]tate|[Rr]ate:|lid|[Ll]ink[ _]layer|active_width|active_speed"
 NO_LID = 65535  # the LID a port keeps until a subnet manager assigns one
 
@@ -48,8 +48,8 @@ def _inventory(host, missing_fails: bool):
             family = host.profile.get("nic.family") or "RDMA NICs"
             return None, fail(f"no RDMA device on a {host.profile.name} node, which has {family} ({why})",
                               symptoms=["nic-missing"], evidence=[host.excerpt(host.ib_probe, r"\S", limit=3)],
-                              data={"action": "check lspci -d 15b3: for the NICs and dmesg | grep mlx5 for a driver "
-                                              "that failed to bind; load mlx5_ib (or restart openibd), then re-run"})
+                              action="check lspci -d 15b3: for the NICs and dmesg | grep mlx5 for a driver "
+                                     "that failed to bind; load mlx5_ib (or restart openibd), then re-run")
         if expects_nics(host.profile):
             return None, skip(f"no RDMA device ({why}): see ib-port-down")
         return None, skip(f"no RDMA device ({why}) and the profile expects none ({host.profile.why})")
@@ -96,7 +96,7 @@ def _down_reason(port) -> str | None:
     return f"{state}/{phys}"
 
 
-@host_check("ib-port-down", probes=PROBES, summary="every InfiniBand/RoCE port ACTIVE and LinkUp")
+@host_check("ib-port-down", facts=FACTS, summary="every InfiniBand/RoCE port ACTIVE and LinkUp")
 def ib_port_down(host):
     inventory, outcome = _inventory(host, missing_fails=True)
     if outcome:
@@ -139,7 +139,7 @@ def ib_port_down(host):
     return outcomes
 
 
-@host_check("ib-link-degraded", probes=PROBES,
+@host_check("ib-link-degraded", facts=FACTS,
             summary="active fabric ports at the platform's rate (NDR 400 / XDR 800 / 200-400 GbE)")
 def ib_link_degraded(host):
     want = host.profile.get("nic.rate_gbps")
@@ -182,9 +182,9 @@ def ib_link_degraded(host):
     if slow:
         outcomes.append(fail(f"{len(slow)} {fabric} port(s) below {want:g} Gb/s: {'; '.join(slow)} ({source})",
                              symptoms=["ib-link-degraded"], evidence=evidence["slow"][:4],
-                             data={"expected_gbps": want, "ports": slow,
-                                   "action": "reseat or replace the cable/transceiver of those ports and check the "
-                                             "switch port's speed settings, then re-run nccl all_reduce"}))
+                             data={"expected_gbps": want, "ports": slow},
+                             action="reseat or replace the cable/transceiver of those ports and check the "
+                                    "switch port's speed settings, then re-run nccl all_reduce"))
     if unknown:
         outcomes.append(warn(f"{len(unknown)} port(s) below {want:g} Gb/s on an adapter not identified as the "
                              f"platform's {fabric or 'fabric NIC'}: {'; '.join(unknown)} ({source}); slow if they "

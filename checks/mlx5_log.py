@@ -1,6 +1,6 @@
 """ConnectX (mlx5) trouble in the kernel log (check ``mlx5-kernel-log``).
 
-Input is the ``kernel-log`` probe as ``preflight/parsers/kernel_log.py`` reads it. The mlx5
+Input is the ``kernel-log`` probe as ``preflight/parse/kernel_log.py`` reads it. The mlx5
 signatures and what they mean (strings from the mlx5 sources, FACTS.md §1.4):
 
 - firmware not answering the driver: command timeouts (``ACCESS_REG(0x805) timeout. Will cause
@@ -29,10 +29,10 @@ judged as current, since nothing in the log says it was dealt with.
 
 from __future__ import annotations
 
-from preflight.context import EvidenceMissing
+from preflight.judge.context import EvidenceMissing
 from preflight.model import Evidence
-from preflight.nic_matrix import OLDER, PIN_MISMATCH, UNSUPPORTED, judge
-from preflight.plugin import fail, host_check, ok, warn
+from preflight.knowledge.nic_matrix import OLDER, PIN_MISMATCH, UNSUPPORTED, judge
+from preflight.check import fail, host_check, ok, warn
 
 PROBE = "kernel-log"
 FW_HANG = ("mlx5-cmd-timeout", "mlx5-health-compromised", "mlx5-fw-syndrome", "mlx5-fw-unresponsive",
@@ -110,8 +110,8 @@ def _group(events) -> str:
 
 # Besides the log: where the NICs sit (ethtool, lspci, mlxfwmanager), and their firmware and
 # driver, whose verdict decides the action for firmware timeouts.
-@host_check("mlx5-kernel-log", probes=[PROBE, "ethtool-i", "lspci", "mlxfwmanager", "ibv-devinfo", "ibstat",
-                                       "ib-sysfs", "mlx5-modinfo", "ofed-info"],
+@host_check("mlx5-kernel-log", facts=["kernel_log", "driver_release", "nic_matrix", "nics"],
+            probes=["lspci"],
             summary="no ConnectX firmware timeouts, probe failures, module mismatches or slow NIC PCIe links")
 def mlx5_kernel_log(host):
     log = host.kernel_log
@@ -131,20 +131,20 @@ def mlx5_kernel_log(host):
         outcomes.append(fail(f"NIC firmware stopped answering the driver: {_group(hang)}"
                              + (f" [{', '.join(firmware)}]" if firmware else "") + caveat,
                              symptoms=sorted({e.kind for e in hang}), evidence=[_lines(hang)],
-                             data={"action": action, "devices": sorted({e.device for e in hang if e.device})}))
+                             action=action, data={"devices": sorted({e.device for e in hang if e.device})}))
     if probe:
         outcomes.append(fail(f"mlx5 could not bring a NIC up: {_group(probe)}" + caveat, symptoms=["nic-probe-failed"],
-                             evidence=[_lines(probe)], data={"action": ACTIONS["probe"]}))
+                             evidence=[_lines(probe)], action=ACTIONS["probe"]))
     if modules:
         core = any((e.driver or "").replace("-", "_") in RDMA_PATH for e in modules)
         verdict = fail if core else warn
         outcomes.append(verdict(f"modules of another mlx5 driver stack refused: {_group(modules)}" + caveat,
                                 symptoms=["rdma-module-mismatch"], evidence=[_lines(modules)],
-                                data={"action": ACTIONS["module"]}))
+                                action=ACTIONS["module"]))
     if slow:
         outcomes.append(fail(f"NIC PCIe link below its capability: {_group(slow)}" + caveat,
                              symptoms=["pcie-link-degraded"], evidence=[_lines(slow)],
-                             data={"action": ACTIONS["pcie"], "devices": sorted({e.device for e in slow if e.device})}))
+                             action=ACTIONS["pcie"], data={"devices": sorted({e.device for e in slow if e.device})}))
     if outcomes:
         return outcomes
     seen = f"; {len(fw_versions)} NIC(s) reported firmware at probe" if fw_versions else ""

@@ -1,6 +1,6 @@
 """nccl all_reduce on one node: does it finish, are its results right, is it steady, is it fast.
 
-Input: the nccl-all-reduce probe (preflight/nccl_probe.py), all_reduce_perf (or its torch
+Input: the nccl-all-reduce probe (preflight/collect/nccl_probe.py), all_reduce_perf (or its torch
 fallback) run several times, each repetition closed by a marker with its exit code. Plain
 all_reduce_perf output saved without markers is judged too, each run counting as a repetition.
 
@@ -32,7 +32,7 @@ How faulty is told from normal:
   missing from the path. No figure in the profile: the figure is reported, not judged.
 - Single GPU (one rank): no inter-GPU traffic, busbw is 0 by definition, so bandwidth is not
   applicable (SKIP), but a hang or corruption still FAILs.
-- NCCL log lines (``NCCL_SIGNATURES`` in preflight/parsers/nccl_tests.py) become symptoms:
+- NCCL log lines (``NCCL_SIGNATURES`` in preflight/parse/nccl_tests.py) become symptoms:
   transport errors FAIL, degraded paths and unknown WARN lines WARN, and "no IB device", which
   is expected when all ranks are on one host, is only noted.
 """
@@ -44,9 +44,9 @@ from collections import Counter
 from statistics import mean, median, stdev
 
 from preflight.model import Evidence
-from preflight.nccl_probe import PROBE_ID, NcclProbeOutput, Repetition
-from preflight.parsers.nccl_tests import NcclRow, NcclRun, largest_row
-from preflight.plugin import error, fail, host_check, ok, skip, warn
+from preflight.collect.nccl_probe import PROBE_ID, NcclProbeOutput, Repetition
+from preflight.parse.nccl_tests import NcclRow, NcclRun, largest_row
+from preflight.check import error, fail, host_check, ok, skip, warn
 
 CV_TOLERANCE = 0.05
 LOW_WARN = 0.85  # of the profile's figure
@@ -59,7 +59,7 @@ SINGLE_HOST_EXPECTED = ("nccl-no-ib-device",)
 _REDUCTIONS = {"sum", "prod", "min", "max", "avg"}
 
 
-@host_check("nccl-all-reduce", probes=[PROBE_ID],
+@host_check("nccl-all-reduce", facts=["nccl"],
             summary="nccl all_reduce: completes, right results, steady across repetitions, busbw vs profile")
 def nccl_all_reduce(host):
     if host.result(PROBE_ID) is None:

@@ -1,6 +1,6 @@
 """nccl all_reduce across nodes: does it finish, right results, fast enough, and whose fault.
 
-Input: the runs of preflight/multinode.py, saved under the bundle's pseudo-host: the full
+Input: the runs of preflight/collect/multinode.py, saved under the bundle's pseudo-host: the full
 multi-node all_reduce (``nccl-multinode``), its intra-node-only and inter-node-only variants
 (``NCCL_TESTS_SPLIT`` DIV/MOD the GPUs per node), and the 2-node re-pairing runs
 (``nccl-pair-<suspect>-<partner>``); plus every host's own single-node run (nccl-all-reduce).
@@ -28,7 +28,7 @@ Where the fault is (symptoms that are cause ids, or that rules.yaml combines):
 - intra-node variant bad while inter-node passes -> ``nccl-intra-node-failed``;
 - a failed multi-node run (``nccl-multinode-failed``) while every host passed its own
   single-node run (``nccl-single-node-passed``) -> rules.yaml: the inter-node fabric;
-- re-pairing (``preflight.multinode.attribute``): a host whose every 2-node run failed, with
+- re-pairing (``preflight.collect.multinode.attribute``): a host whose every 2-node run failed, with
   a partner that passed another pair or that nothing suspected, FAILs on its own finding with
   ``nccl-pair-failed`` (plus its pair runs' hang and WARN symptoms); the fleet finding then
   names it and carries no symptom of its own, so the diagnosis lands on that host only.
@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 
 from preflight.model import Evidence
-from preflight.multinode import (
+from preflight.collect.multinode import (
     PAIR_PREFIX,
     PROBE_FULL,
     PROBE_INTER,
@@ -52,9 +52,9 @@ from preflight.multinode import (
     single_node_failed,
     suspects,
 )
-from preflight.nccl_probe import PROBE_ID as SINGLE_NODE_PROBE
-from preflight.parsers.nccl_tests import NcclRun, largest_row
-from preflight.plugin import error, fail, fleet_check, ok, skip, warn
+from preflight.collect.nccl_probe import PROBE_ID as SINGLE_NODE_PROBE
+from preflight.parse.nccl_tests import NcclRun, largest_row
+from preflight.check import error, fail, fleet_check, ok, skip, warn
 
 LOW_WARN = 0.85
 LOW_FAIL = 0.50
@@ -67,7 +67,7 @@ _LABEL = {PROBE_FULL: "all hosts", PROBE_INTRA: "intra-node only", PROBE_INTER: 
 @fleet_check("nccl-multinode", probes=[SINGLE_NODE_PROBE],
              summary="nccl all_reduce across nodes (mpirun; intra/inter-node split; culprit by re-pairing)")
 def nccl_multinode(fleet):
-    from preflight.multinode import read_run
+    from preflight.collect.multinode import read_run
 
     if PROBE_FULL not in fleet.probes:
         return skip("not run: `preflight run --nccl-multinode` runs it on two or more reachable hosts")

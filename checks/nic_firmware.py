@@ -2,7 +2,7 @@
 
 What it judges: every ConnectX the node lists (``ibv_devinfo -v``, else ``ibstat``, else sysfs,
 else ``ethtool -i``, else ``mlxfwmanager``), its firmware against the firmware the running
-driver release ships, as ``preflight/nic_matrix.py`` reads it from
+driver release ships, as ``preflight/knowledge/nic_matrix.py`` reads it from
 ``playbooks/nic_firmware.yaml`` (NVIDIA release notes and legal notices, one source per row)
 with the site's policy (profile field ``nic.policy_file``) merged over it.
 
@@ -18,24 +18,22 @@ Normal vs faulty:
   judged is never passed.
 
 Which driver: the loaded module (``ethtool -i``) before the installed one (``modinfo``), with
-``ofed_info -s`` telling MLNX_OFED from DOCA (``preflight.parsers.versions.driver_release``).
+``ofed_info -s`` telling MLNX_OFED from DOCA (``preflight.parse.versions.driver_release``).
 Firmware does not change with load, so an idle node is judged as it is.
 """
 
 from __future__ import annotations
 
-from preflight.context import EvidenceMissing
-from preflight.nic_matrix import NEWER, OK, UNDECIDED, driver_label, expects_nics, judge
-from preflight.plugin import fail, host_check, ok, skip, warn
+from preflight.judge.context import EvidenceMissing
+from preflight.knowledge.nic_matrix import NEWER, OK, UNDECIDED, driver_label, expects_nics, judge
+from preflight.check import fail, host_check, ok, skip, warn
 
-IB_PROBES = ["ibv-devinfo", "ibstat", "ib-sysfs"]
-DRIVER_PROBES = ["ethtool-i", "mlx5-modinfo", "ofed-info"]
 FW_LINES = r"fw_ver|Firmware version|firmware-version|hca_type|CA type|vendor_part_id|Device Type|^\s*FW\s|<FW "
 # Older, unsupported and pin-mismatch verdicts carry the cause id itself.
 SYMPTOM = {NEWER: "nic-fw-newer-than-driver", UNDECIDED: "nic-fw-unverified"}
 
 
-@host_check("nic-fw-driver-mismatch", probes=IB_PROBES + DRIVER_PROBES + ["mlxfwmanager"],
+@host_check("nic-fw-driver-mismatch", facts=["nics", "driver_release", "nic_matrix"],
             summary="ConnectX firmware matches what the installed mlx5 driver release ships")
 def nic_fw_driver_mismatch(host):
     matrix = host.nic_matrix  # a broken site policy is an error whatever the profile
@@ -71,15 +69,14 @@ def nic_fw_driver_mismatch(host):
         data = {"family": family, "firmware": firmware, "expected": verdict.expected, "release": verdict.release,
                 "verdict": verdict.level, "matrix_source": verdict.source, "driver": label,
                 "driver_source": driver.source, "nics": [n.name for n in members], "source": members[0].source}
-        if verdict.action:
-            data["action"] = verdict.action
         if verdict.level == OK:
-            outcomes.append(ok(f"{text} [{driver_note}]", evidence=evidence, data=data))
+            outcomes.append(ok(f"{text} [{driver_note}]", evidence=evidence, data=data, action=verdict.action))
             continue
         evidence += _driver_evidence(host, driver)
         symptom = SYMPTOM.get(verdict.level, "nic-fw-driver-mismatch")
         verdict_of = warn if verdict.level in (NEWER, UNDECIDED) else fail
-        outcomes.append(verdict_of(f"{text} [{driver_note}]", symptoms=[symptom], evidence=evidence, data=data))
+        outcomes.append(verdict_of(f"{text} [{driver_note}]", symptoms=[symptom], evidence=evidence, data=data,
+                                   action=verdict.action))
     return outcomes
 
 

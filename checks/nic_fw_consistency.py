@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from preflight.context import EvidenceMissing
-from preflight.nic_matrix import expects_nics, judge
-from preflight.parsers.versions import parse_version
-from preflight.plugin import fail, fleet_check, host_check, ok, skip
+from preflight.judge.context import EvidenceMissing
+from preflight.knowledge.nic_matrix import expects_nics, judge
+from preflight.parse.versions import parse_version
+from preflight.check import fail, fleet_check, host_check, ok, skip
 
-PROBES = ["ibv-devinfo", "ibstat", "ib-sysfs", "ethtool-i", "mlxfwmanager"]
+FACTS = ["nics", "driver_release", "nic_matrix"]
 FW_LINES = r"fw_ver|Firmware version|firmware-version|^\s*FW\s|<FW "
 
 
@@ -57,7 +57,7 @@ def _target(host, matrix, members, fallback: str) -> str:
     return fallback
 
 
-@host_check("nic-fw-inconsistent", probes=PROBES, summary="one firmware version per NIC model on the node")
+@host_check("nic-fw-inconsistent", facts=FACTS, summary="one firmware version per NIC model on the node")
 def nic_fw_inconsistent(host):
     matrix = host.nic_matrix  # first: a broken site policy is an error whatever the profile
     try:
@@ -84,14 +84,14 @@ def nic_fw_inconsistent(host):
             f"{model} NICs on {len(counts)} firmware versions: {view} (from {members[0].source})",
             symptoms=["nic-fw-inconsistent"],
             evidence=[_evidence(host, m) for m in [members[0], *odd][:4]],
-            data={"model": model, "versions": dict(counts),
-                  "action": f"flash {', '.join(m.name for m in odd)} ({model}) to {target} with mlxfwmanager -u, "
-                            "reboot, re-run nccl all_reduce"}))
+            data={"model": model, "versions": dict(counts)},
+            action=f"flash {', '.join(m.name for m in odd)} ({model}) to {target} with mlxfwmanager -u, "
+                   "reboot, re-run nccl all_reduce"))
     return outcomes or ok(f"one firmware per model: {'; '.join(same)} (from {nics[0].source})",
                           evidence=[host.excerpt(nics[0].source, FW_LINES, limit=4)])
 
 
-@fleet_check("nic-fw-fleet-consistency", probes=PROBES,
+@fleet_check("nic-fw-fleet-consistency", facts=FACTS,
              summary="NIC firmware identical across hosts for each NIC model")
 def nic_fw_fleet_consistency(fleet):
     per_host = {h: nics for h, nics in fleet.facts("nics").items() if _by_model(nics)}
@@ -129,9 +129,9 @@ def nic_fw_fleet_consistency(fleet):
         outcomes.append(fail(f"{'; '.join(odd[host])}{fleet_view}", host=host,
                              symptoms=["nic-fw-inconsistent"],
                              evidence=[_evidence(fleet.hosts[host], shown[host])],
-                             data={"action": "; ".join(actions[host]) + ", with the driver release that ships it "
-                                                 "(nic-fw-driver-mismatch judges the pair); mlxfwmanager -u, reboot, "
-                                                 "re-run nccl all_reduce"}))
+                             action="; ".join(actions[host]) + ", with the driver release that ships it "
+                                    "(nic-fw-driver-mismatch judges the pair); mlxfwmanager -u, reboot, "
+                                    "re-run nccl all_reduce"))
     return outcomes
 
 

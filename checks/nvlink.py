@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from itertools import combinations
 
-from preflight.context import EvidenceMissing
+from preflight.judge.context import EvidenceMissing
 from preflight.model import Evidence
-from preflight.plugin import error, fail, host_check, ok, skip
+from preflight.check import error, fail, host_check, ok, skip
 
 STATUS = "nvidia-smi-nvlink-status"
 TOPO = "nvidia-smi-topo"
@@ -43,7 +43,7 @@ _GPU_LINE = re.compile(r"\s*GPU (\d+):")
 _LINK_LINE = re.compile(r"\s*Link (\d+):")
 
 
-@host_check("nvlink", probes=[STATUS, TOPO],
+@host_check("nvlink", facts=["nvlink_status", "topo"],
             summary="NVLink links active at full count and speed; NV# between every GPU pair")
 def nvlink(host):
     profile = host.profile
@@ -93,7 +93,7 @@ def nvlink(host):
             rows = "|".join(sorted(bad_rows))
             evidence.append(host.excerpt(TOPO, rf"CPU Affinity|^\s*({rows})\s", limit=len(bad_rows) + 1))
         return fail("; ".join(_capped(problems) + notes), symptoms=["nvlink-down"], evidence=evidence,
-                    data={**data, "action": ACTION})
+                    data=data, action=ACTION)
     if not judged_gpus and not judged_pairs:
         return skip("NVLink not judged: " + "; ".join(notes))
     parts = []

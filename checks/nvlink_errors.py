@@ -24,7 +24,7 @@ judges that).
 
 from __future__ import annotations
 
-from preflight.plugin import fail, host_check, ok, skip, warn
+from preflight.check import fail, host_check, ok, skip, warn
 
 ERRORS = "nvidia-smi-nvlink-errors"
 RECOVERY = "recovery"
@@ -36,7 +36,7 @@ WARN_ACTION = ("note the counts, run nccl all_reduce (or the soak) and read nvid
                "the hardware if they keep rising")
 
 
-@host_check("nvlink-errors", probes=[ERRORS],
+@host_check("nvlink-errors", facts=["nvlink_errors"],
             summary="NVLink replay, recovery and CRC error counters at zero")
 def nvlink_errors(host):
     report = host.nvlink_errors
@@ -60,9 +60,9 @@ def nvlink_errors(host):
         found = _listed(recovery + corrected)
         if recovery:
             return fail(f"NVLink recovery errors: {found}", symptoms=["nvlink-errors"], evidence=evidence,
-                        data={**data, "action": FAIL_ACTION})
+                        data=data, action=FAIL_ACTION)
         return warn(f"NVLink errors corrected by replay: {found} (counted since driver load)",
-                    symptoms=["nvlink-errors"], evidence=evidence, data={**data, "action": WARN_ACTION})
+                    symptoms=["nvlink-errors"], evidence=evidence, data=data, action=WARN_ACTION)
     gpus = f"{len(counted)} GPU" + ("s" if len(counted) > 1 else "")
     return ok(f"all NVLink error counters zero ({links} links on {gpus})", data=data)
 

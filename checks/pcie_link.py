@@ -50,9 +50,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.context import EvidenceMissing
+from preflight.judge.context import EvidenceMissing
 from preflight.model import Evidence
-from preflight.plugin import fail, host_check, ok, skip, warn
+from preflight.check import fail, host_check, ok, skip, warn
 
 _ADDRESS = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?$")
 _GPU_DEVICE = re.compile(r"(?:3D|VGA compatible) controller: NVIDIA")
@@ -85,7 +85,7 @@ class _Verdicts:
     failed_gpus: set[str] = field(default_factory=set)  # address keys nvidia-smi already failed
 
 
-@host_check("pcie-link", probes=["nvidia-smi-q-x", "nvidia-smi-q", "lspci", "kernel-log"],
+@host_check("pcie-link", facts=["smi", "smi_probe", "lspci", "kernel_log"],
             summary="GPU and NIC PCIe links at their max generation and width (GPUs judged in P0 only)")
 def pcie_link(host):
     smi, smi_missing = _optional(host, "smi")
@@ -108,15 +108,15 @@ def pcie_link(host):
     tail = "".join([f"; not judged: {'; '.join(v.info)}" if v.info else "",
                     f"; unavailable: {'; '.join(map(str, missing))}" if missing else ""])
     data = {"healthy": v.healthy, "not_judged": v.info}
-    action = {"action": ACTION.format(what=", ".join(dict.fromkeys(v.devices)))}
+    action = ACTION.format(what=", ".join(dict.fromkeys(v.devices)))
     out = []
     if v.failed:
         out.append(fail("PCIe link below capability: " + "; ".join(v.failed) + tail,
-                        symptoms=["pcie-link-degraded"], evidence=v.evidence, data={**data, **action}))
+                        symptoms=["pcie-link-degraded"], evidence=v.evidence, data=data, action=action))
     if v.warned:
         out.append(warn("PCIe link slower than the device can run: " + "; ".join(v.warned)
                         + ("" if v.failed else tail),
-                        symptoms=["pcie-link-degraded"], evidence=v.evidence, data={**data, **action}))
+                        symptoms=["pcie-link-degraded"], evidence=v.evidence, data=data, action=action))
     if out:
         return out
     if v.healthy:

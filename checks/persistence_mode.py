@@ -1,9 +1,9 @@
 """Persistence mode: off means GPU state is torn down between jobs (latency spikes)."""
 
-from preflight.plugin import host_check, ok, skip, warn
+from preflight.check import host_check, ok, skip, warn
 
 
-@host_check("persistence-mode", probes=["nvidia-smi-q-x", "nvidia-smi-q"],
+@host_check("persistence-mode", facts=["smi", "smi_probe"],
             summary="persistence mode enabled on every GPU")
 def persistence_mode(host):
     gpus = host.smi.gpus

@@ -1,7 +1,7 @@
 """Xid and SXid: GPU and NVSwitch errors the NVIDIA driver wrote to the kernel log (check ``xid``).
 
 Input is the ``kernel-log`` probe (``dmesg`` or ``journalctl -k``, whole or grep'd) as read by
-``preflight/parsers/kernel_log.py``. What an Xid means, how bad it is and what to do about it
+``preflight/parse/kernel_log.py``. What an Xid means, how bad it is and what to do about it
 comes from ``playbooks/xid.yaml`` (NVIDIA's Xid Catalog plus preflight's severity):
 
 - catalog severity ``fatal`` -> FAIL; ``error`` -> WARN, or FAIL when the line itself says
@@ -34,8 +34,8 @@ import re
 from dataclasses import dataclass, field
 
 from preflight.model import Evidence
-from preflight.plugin import fail, host_check, ok, skip, warn
-from preflight.xid_catalog import XidEntry, load_xid_catalog
+from preflight.check import fail, host_check, ok, skip, warn
+from preflight.knowledge.xid_catalog import XidEntry, load_xid_catalog
 
 PROBE = "kernel-log"
 TEARDOWN = 45  # Xid 45: channel torn down, possibly "caused by previous Xid N"
@@ -73,7 +73,7 @@ class _Group:
         return ", ".join(seen[:4]) + more
 
 
-@host_check("xid", probes=[PROBE],
+@host_check("xid", facts=["kernel_log"],
             summary="NVIDIA Xid / SXid and GPU driver errors in the kernel log, judged with playbooks/xid.yaml")
 def xid(host):
     log = host.kernel_log
@@ -146,11 +146,9 @@ def _outcome(severity: str, group: _Group, entry: XidEntry | None, lines: list[s
     evidence = [_evidence(group, lines)]
     data = {"code": group.code, "kind": group.kind, "events": len(group.events), "severity": severity}
     action = _action(severity, group, entry)
-    if action:
-        data["action"] = action
     if severity == "info":
-        return verdict(summary, evidence=evidence, data=data)
-    return verdict(summary, symptoms=_symptoms(group, entry), evidence=evidence, data=data)
+        return verdict(summary, evidence=evidence, data=data, action=action)
+    return verdict(summary, symptoms=_symptoms(group, entry), evidence=evidence, data=data, action=action)
 
 
 def _summary(severity: str, group: _Group, entry: XidEntry | None) -> str:

@@ -35,8 +35,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import nodes
 from simcluster import SimCluster, SimHost
 
-from preflight.cli import main
-from preflight.probes import PROBES
+from preflight.app.cli import main
+from preflight.collect.probes import PROBES
 
 OLD_FW = "28.45.1020"  # what DOCA 3.0.0 ships; the nodes run DOCA 3.1.0 (28.46.1006)
 # host -> the faults applied to its healthy node, in order: (function, keyword arguments)

@@ -7,6 +7,7 @@ into a contract format (report.json).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -126,6 +127,8 @@ class Finding:
     evidence: tuple[Evidence, ...] = ()
     # Machine-readable figures a later stage (diff, prometheus, pytest helpers) may read.
     data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # The next step for an operator, when the check knows a more specific one than its cause's.
+    action: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -136,8 +139,10 @@ class Finding:
             "symptoms": list(self.symptoms),
             "evidence": [e.to_dict() for e in self.evidence],
         }
-        if self.data:
-            d["data"] = self.data
+        # report.json has always carried the action among the figures; readers look there.
+        data = {"action": self.action, **self.data} if self.action else self.data
+        if data:
+            d["data"] = data
         return d
 
 
@@ -163,3 +168,45 @@ class Diagnosis:
             "action": self.action,
             "evidence": self.evidence,
         }
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check as the loader found it: what it reads, and the function that judges.
+
+    ``facts`` are the parsed facts it declared; ``probes`` every probe it needs, those facts'
+    probes and any it named itself, in catalogue order (the loader resolves them).
+    """
+
+    id: str
+    probes: tuple[str, ...]
+    summary: str
+    func: Callable[..., Any]
+    scope: str  # "host" | "fleet"
+    origin: str = ""  # where it was loaded from, for `preflight checks` and error messages
+    facts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    status: str  # pass | warn | fail | error  (report contract)
+    reachable: bool
+    profile: str
+    profile_why: str
+
+
+@dataclass
+class Analysis:
+    """Everything a report shows: per-host verdicts, findings, diagnoses, and the run's facts."""
+
+    hosts: dict[str, HostVerdict]
+    findings: list[Finding]
+    diagnoses: list[Diagnosis]
+    checks: list[Check]
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        # A fleet check's finding with no host (a multi-node run no host is blamed for) counts too.
+        return (any(v.status in ("fail", "error") for v in self.hosts.values())
+                or any(f.host is None and f.status in (Status.FAIL, Status.ERROR) for f in self.findings))

@@ -268,7 +268,7 @@ def nic_pcie_limited_dmesg() -> str:
                      "126.024 Gb/s available PCIe bandwidth, limited by 16.0 GT/s PCIe x8") + "\n")
 
 
-# ---- Multi-node all_reduce through mpirun (preflight/multinode.py, checks/nccl_multinode.py) ----
+# ---- Multi-node all_reduce through mpirun (preflight/collect/multinode.py, checks/nccl_multinode.py) ----
 # The corpus holds no complete multi-node all_reduce_perf output. Its real multi-node H200 table
 # is nccl-tests/gcp-a3-ultra-h200-2node-allgather-rdma-healthy.txt (2 x 8 H200 + 8 CX-7 RoCE
 # per node, all_gather up to 8 GiB, ~329-336 GB/s busbw); busbw is normalised to the link rate

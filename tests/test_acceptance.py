@@ -1,4 +1,4 @@
-"""preflight.acceptance.Report over reports judged from bundles of real (or corpus-derived) outputs.
+"""preflight.pytest.acceptance.Report over reports judged from bundles of real (or corpus-derived) outputs.
 
 Reports are made the way `preflight analyze` makes them (analyze, then report.json's JSON) and
 read back through the contract only, as a saved report would be.
@@ -14,15 +14,15 @@ import pytest
 from derived import CORPUS, h200_node_xml
 from test_cli import write_bundle
 
-from preflight.acceptance import MissingResult, Report, ReportError
-from preflight.analyze import analyze
-from preflight.bundle import read_bundle
-from preflight.cli import main
-from preflight.diagnosis import load_knowledge
+from preflight.pytest.acceptance import MissingResult, Report, ReportError
+from preflight.diagnose.analysis import analyze
+from preflight.evidence.bundle import read_bundle
+from preflight.app.cli import main
+from preflight.diagnose.engine import load_knowledge
 from preflight.model import Status
-from preflight.parsers.nvidia_smi import reasons_from_bitmask
-from preflight.plugin import load_checks, select
-from preflight.profiles import load_profiles
+from preflight.parse.nvidia_smi import reasons_from_bitmask
+from preflight.judge.loader import load_checks, select
+from preflight.knowledge.profiles import load_profiles
 from preflight.report import json_report
 
 A100_8GPU = CORPUS / "nccl-tests" / "a100-sxm4-40gb-8gpu-allreduce-old-format-validation0.txt"

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from preflight.bundle import FORMAT, BundleError, BundleWriter, read_bundle
+from preflight.evidence.bundle import FORMAT, BundleError, BundleWriter, read_bundle
 from preflight.model import ProbeResult
 
 

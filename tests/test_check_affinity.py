@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from ctx import make_host, run_check
-from preflight.diagnosis import diagnose, load_knowledge
+from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ctx import make_host, run_check
 from derived import H100_TEXT, h100_node_text, h200_node_xml, node_nvlink_status, with_fabric
-from preflight.diagnosis import diagnose, load_knowledge
+from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
@@ -48,7 +48,7 @@ def test_fabric_manager_dead_leaves_state_in_progress_on_b300_with_links_up():
     assert "although nvidia-smi nvlink --status shows all 144 links active" in f.summary
     assert f.evidence[0].probe == SMI
     assert f.evidence[0].excerpt.splitlines()[0] == "State                                          : In Progress"
-    action = f.data["action"]
+    action = f.action
     assert "systemctl status nvidia-fabricmanager" in action
     assert "driver version (590.48.01)" in action
     assert "nvlsm" in action and "ib_umad" in action  # B300: fourth-generation NVSwitch
@@ -66,7 +66,7 @@ def test_not_started_in_xml_fails_with_the_xml_line():
     assert f.summary == "fabric state Not Started on 1 of 8 GPUs (GPU2)"
     assert f.evidence[0].probe == SMI_X
     assert f.evidence[0].excerpt == "<state>Not Started</state>"
-    assert "driver version (580.159.04)" in f.data["action"]
+    assert "driver version (580.159.04)" in f.action
 
 
 def test_registration_failure_status_on_one_gpu():
@@ -76,9 +76,9 @@ def test_registration_failure_status_on_one_gpu():
     assert f.status is Status.FAIL
     assert f.summary == "fabric status Insufficient Resources on 1 of 8 GPUs (GPU4)"
     assert f.evidence[0].excerpt == "Status                                         : Insufficient Resources"
-    assert "nvlsm" not in f.data["action"]  # H100: third-generation NVSwitch, no NVLSM
+    assert "nvlsm" not in f.action  # H100: third-generation NVSwitch, no NVLSM
     [d] = diagnose([f], load_knowledge())
-    assert (d.cause, d.action) == ("fabric-manager-down", f.data["action"])
+    assert (d.cause, d.action) == ("fabric-manager-down", f.action)
 
 
 def test_tray_outside_any_clique_fails():
@@ -87,7 +87,7 @@ def test_tray_outside_any_clique_fails():
     assert f.status is Status.FAIL
     assert f.summary == ("CliqueId 0, ClusterUUID 00000000-0000-0000-0000-000000000000 "
                          "(not in an NVLink domain) on 4 of 4 GPUs (GPU0, GPU1, GPU2, GPU3)")
-    assert "Fabric Manager does not run on a compute tray" in f.data["action"]
+    assert "Fabric Manager does not run on a compute tray" in f.action
 
 
 def test_unhealthy_fabric_health_is_its_own_finding():

@@ -7,7 +7,7 @@ import pytest
 
 from ctx import make_host, result, run_check
 from derived import h200_node_xml, with_gpu_values
-from preflight.diagnosis import diagnose, load_knowledge
+from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
 
 SMI_Q = Path(__file__).parent / "fixtures" / "corpus" / "smi-q"
@@ -51,7 +51,7 @@ def test_real_a100_pending_remap_warns_with_a_reset_action():
     assert "row remapping pending on 1 of 1 GPUs: GPU0 00000000:10:1C.0 (Remapped Rows Pending: Yes" in f.summary
     # The 177 DRAM correctable errors of that capture are shown, not judged.
     assert "177 correctable since boot" in f.summary and "1 rows remapped" in f.summary
-    assert "nvidia-smi -r -i 0" in f.data["action"] and "Pending must read No" in f.data["action"]
+    assert "nvidia-smi -r -i 0" in f.action and "Pending must read No" in f.action
     assert f.evidence[0].probe == "nvidia-smi-q"
 
 
@@ -89,7 +89,7 @@ def test_each_memory_fault(values, what, status, needle):
     [f] = memory(node(4, **values))
     assert f.status is status
     assert f.summary.startswith(f"{what} on 1 of 8 GPUs: GPU4 00000000:9A:00.0")
-    assert needle in f.data["action"]
+    assert needle in f.action
 
 
 def test_several_faults_give_one_outcome_each_most_severe_first():
@@ -99,7 +99,7 @@ def test_several_faults_give_one_outcome_each_most_severe_first():
     assert [(f.status, f.symptoms) for f in fs] == [(Status.FAIL, ("gpu-ecc-uncorrectable",)),
                                                      (Status.WARN, ("gpu-row-remap",))]
     assert "on 2 of 8 GPUs: GPU1 00000000:2A:00.0" in fs[1].summary and "GPU6 00000000:BA:00.0" in fs[1].summary
-    assert fs[1].data["action"].endswith("(N = 1, 6, one call each)")
+    assert fs[1].action.endswith("(N = 1, 6, one call each)")
 
 
 def test_excerpt_without_memory_sections_skips():
@@ -135,7 +135,7 @@ def test_reset_required_fails_and_drain_recommended_warns():
     [f] = reset({"nvidia-smi-q-x": A100_XML.replace("<reset_required>No<", "<reset_required>Yes<")})
     assert (f.status, f.symptoms) == (Status.FAIL, ("gpu-recovery-action",))
     assert f.summary == "the driver asks for recovery on 1 of 1 GPUs: GPU0 00000000:01:00.0: Reset Required: Yes"
-    assert "nvidia-smi -r -i 0" in f.data["action"]
+    assert "nvidia-smi -r -i 0" in f.action
     [f] = reset({"nvidia-smi-q-x": A100_XML.replace("<drain_and_reset_recommended>No<",
                                                     "<drain_and_reset_recommended>Yes<")})
     assert f.status is Status.WARN and "Drain and Reset Recommended: Yes" in f.summary
@@ -152,7 +152,7 @@ def test_recovery_action_decides(action, status, step):
     [f] = reset(node(3, gpu_recovery_action=action))
     assert f.status is status
     assert f"GPU3 00000000:5D:00.0: GPU Recovery Action: {action}" in f.summary
-    assert step in f.data["action"]
+    assert step in f.action
 
 
 def test_reset_status_not_reported_by_old_driver_skips():

@@ -19,11 +19,11 @@ from types import SimpleNamespace
 import pytest
 from ctx import make_host, result, run_check
 
-from preflight.cli import main
-from preflight.context import HostContext
-from preflight.diagnosis import diagnose, load_knowledge
+from preflight.app.cli import main
+from preflight.judge.context import HostContext
+from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Finding, Status
-from preflight.nccl_probe import (
+from preflight.collect.nccl_probe import (
     FALLBACK_SOURCE,
     PROBE_ID,
     NcclOptions,
@@ -32,10 +32,10 @@ from preflight.nccl_probe import (
     probe_timeout,
     with_options,
 )
-from preflight.plugin import load_checks
-from preflight.probes import PROBES
-from preflight.profiles import Profile
-from preflight.runner import probes_for
+from preflight.judge.loader import load_checks
+from preflight.collect.probes import PROBES
+from preflight.knowledge.profiles import Profile
+from preflight.app.run import probes_for
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 A100 = (CORPUS / "nccl-tests" / "a100-sxm4-40gb-8gpu-allreduce-old-format-validation0.txt").read_text()
@@ -332,7 +332,7 @@ def test_probes_for_builds_the_nccl_probe_with_the_run_options():
 
 def test_cli_passes_the_active_test_options_and_quick_leaves_them_out(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr("preflight.runner.execute",
+    monkeypatch.setattr("preflight.app.run.execute",
                         lambda req, progress=None: seen.append(req.plan.probes) or (tmp_path, SimpleNamespace(failed=False)))
     argv = ["run", "--local", "-q", "--out", str(tmp_path), "--checks", "nccl-all-reduce,gpu-inventory"]
     assert main(argv + ["--nccl-reps", "3", "--nccl-max-bytes", "512M", "--nccl-timeout", "90",

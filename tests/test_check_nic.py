@@ -16,11 +16,11 @@ from derived import (
     nic_pcie_limited_dmesg,
 )
 
-from preflight.analyze import analyze
-from preflight.bundle import FORMAT, read_bundle
-from preflight.diagnosis import load_knowledge
-from preflight.plugin import load_checks, select
-from preflight.profiles import load_profiles
+from preflight.diagnose.analysis import analyze
+from preflight.evidence.bundle import FORMAT, read_bundle
+from preflight.diagnose.engine import load_knowledge
+from preflight.judge.loader import load_checks, select
+from preflight.knowledge.profiles import load_profiles
 from preflight.report import json_report
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -77,7 +77,7 @@ def test_cx8_firmware_older_than_doca31_ships_fails_with_the_update_action():
     assert f.symptoms == ("nic-fw-driver-mismatch",)
     assert "firmware 40.44.1036 is older than the 40.46.1006 that DOCA 3.1.0 ships" in f.summary
     assert "below 40.45.1020: once updated it cannot be downgraded" in f.summary
-    assert f.data["action"] == ("update NIC firmware to 40.46.1006 with mlxfwmanager -u (or the OEM package), "
+    assert f.action == ("update NIC firmware to 40.46.1006 with mlxfwmanager -u (or the OEM package), "
                                 "reboot, re-run nccl all_reduce")
     assert probes_of(f) == ["ibstat", "ibstat", "ethtool-i", "ofed-info"]
     assert "version: 25.07-0.9.7" in f.evidence[2].excerpt and "OFED-internal-25.07-0.9.7" in f.evidence[3].excerpt
@@ -87,7 +87,7 @@ def test_cx8_under_mlnx_ofed_fails():
     host = make_host({"ibstat": cx8_ibstat(2), "ofed-info": recorded(MLNX_24_10_3)}, profile="hgx-b300")
     f = one(run_check("nic-fw-driver-mismatch", host), "fail")
     assert "MLNX_OFED 24.10-3.2.5.0 LTS does not support ConnectX-8" in f.summary
-    assert "needs DOCA-OFED" in f.data["action"] and "read from ofed_info" in f.summary
+    assert "needs DOCA-OFED" in f.action and "read from ofed_info" in f.summary
 
 
 def test_real_host_ofed_and_mlxfwmanager_newer_firmware_warns():
@@ -101,7 +101,7 @@ def test_real_host_ofed_and_mlxfwmanager_newer_firmware_warns():
     assert f.summary.startswith("1 x ConnectX-7 (/dev/mst/mt4129_pciconf0): firmware 28.44.1036 is newer than the "
                                 "28.43.36xx that MLNX_OFED 24.10-3.2.5.0 LTS ships")
     assert f.data["source"] == "mlxfwmanager" and "FW             28.44.1036" in f.evidence[0].excerpt
-    assert f.data["action"].startswith("move the driver to DOCA 2.10.0, which ships 28.44.1036")
+    assert f.action.startswith("move the driver to DOCA 2.10.0, which ships 28.44.1036")
 
 
 def test_real_ethtool_alone_judges_its_own_firmware():
@@ -136,7 +136,7 @@ def test_inbox_driver_cannot_be_judged_by_the_matrix():
     assert f.symptoms == ("nic-fw-unverified",)
     assert "2 x ConnectX-7 (mlx5_0, mlx5_1): inbox mlx5_core (kernel 6.1.0-31-amd64): the matrix lists MLNX_OFED " \
            "and DOCA releases only" in f.summary
-    assert "mlx5-modinfo" in probes_of(f) and "nic.policy_file" in f.data["action"]
+    assert "mlx5-modinfo" in probes_of(f) and "nic.policy_file" in f.action
 
 
 @pytest.mark.parametrize("capture, bdf, firmware, note", [
@@ -239,7 +239,7 @@ def test_garbled_ibv_devinfo_alone_is_an_error():
 
 
 def test_broken_policy_file_is_an_error_not_a_crash(tmp_path):
-    from preflight.profiles import Profile
+    from preflight.knowledge.profiles import Profile
 
     (tmp_path / "policy.yaml").write_text("pins: [\n")
     host = b300()
@@ -249,7 +249,7 @@ def test_broken_policy_file_is_an_error_not_a_crash(tmp_path):
 
 
 def test_site_pin_from_the_profile_policy_file(tmp_path):
-    from preflight.profiles import Profile
+    from preflight.knowledge.profiles import Profile
 
     (tmp_path / "policy.yaml").write_text('pins:\n  - {family: ConnectX-8, version: "40.47.1026"}\n')
     host = b300()
@@ -257,7 +257,7 @@ def test_site_pin_from_the_profile_policy_file(tmp_path):
                            str(tmp_path / "site.yaml"))
     f = one(run_check("nic-fw-driver-mismatch", host), "fail")
     assert "firmware 40.46.1006 is not the site's pinned 40.47.1026" in f.summary
-    assert f.data["action"].startswith("flash ConnectX-8 firmware 40.47.1026 with mlxfwmanager -u")
+    assert f.action.startswith("flash ConnectX-8 firmware 40.47.1026 with mlxfwmanager -u")
 
 
 # --- nic-fw-inconsistent / nic-fw-fleet-consistency --------------------------------------------
@@ -267,7 +267,7 @@ def test_one_nic_on_another_firmware_within_a_node():
     assert f.summary.startswith("ConnectX-8 NICs on 2 firmware versions: 7 on 40.46.1006 (mlx5_0, mlx5_1, mlx5_2, "
                                 "mlx5_4, mlx5_5, mlx5_6, mlx5_7), 1 on 40.44.1036 (mlx5_3) (from ibstat)")
     assert f.symptoms == ("nic-fw-inconsistent",)
-    assert f.data["action"].startswith("flash mlx5_3 (ConnectX-8) to 40.46.1006 (what DOCA 3.1.0 ships)")
+    assert f.action.startswith("flash mlx5_3 (ConnectX-8) to 40.46.1006 (what DOCA 3.1.0 ships)")
     assert "Firmware version: 40.44.1036" in f.evidence[1].excerpt
 
 
@@ -299,7 +299,7 @@ def test_fleet_names_the_host_on_another_firmware():
     assert odd.summary == ("ConnectX-8 on 40.47.1026, the fleet runs 40.46.1006 "
                            "[ConnectX-8: 3 hosts on 40.46.1006, 1 on 40.47.1026 (gpu04)]")
     assert odd.symptoms == ("nic-fw-inconsistent",) and probes_of(odd) == ["ibstat"]
-    assert odd.data["action"].startswith("bring gpu04's ConnectX-8 NICs to 40.46.1006 as on the other hosts")
+    assert odd.action.startswith("bring gpu04's ConnectX-8 NICs to 40.46.1006 as on the other hosts")
 
 
 def test_fleet_without_a_majority_names_every_host_and_one_host_is_no_fleet():
@@ -441,7 +441,7 @@ def test_no_rdma_device_where_the_platform_has_nics():
     f = one(run_check("ib-port-down", make_host({"ibv-devinfo": none}, profile="hgx-b300")), "fail")
     assert f.summary == ("no RDMA device on a NVIDIA HGX B300 8-GPU node, which has ConnectX-8 "
                          "(ibv_devinfo: No IB devices found)")
-    assert f.symptoms == ("nic-missing",) and "lspci -d 15b3:" in f.data["action"]
+    assert f.symptoms == ("nic-missing",) and "lspci -d 15b3:" in f.action
     assert one(run_check("ib-link-degraded", make_host({"ibv-devinfo": none}, profile="hgx-b300")), "skip")
     assert one(run_check("ib-port-down", make_host({"ibv-devinfo": none})), "skip").summary.startswith("no RDMA device")
     assert one(run_check("ib-port-down", make_host({})), "skip")
@@ -464,10 +464,10 @@ def test_command_timeouts_take_the_firmware_verdicts_action():
     f = one(run_check("mlx5-kernel-log", make_host({"kernel-log": MLX5_CMD_TIMEOUT_DMESG})), "fail")
     assert f.summary.startswith("NIC firmware stopped answering the driver: 0000:56:00.0: command ACCESS_REG(0x805) "
                                 "timed out (2 log lines)")
-    assert f.data["action"].startswith("compare the firmware with the driver")
+    assert f.action.startswith("compare the firmware with the driver")
     older = b300("40.44.1036", **{"kernel-log": MLX5_CMD_TIMEOUT_DMESG})
     f = one(run_check("mlx5-kernel-log", older), "fail")
-    assert f.data["action"].startswith("update NIC firmware to 40.46.1006 with mlxfwmanager -u")
+    assert f.action.startswith("update NIC firmware to 40.46.1006 with mlxfwmanager -u")
 
 
 def test_probe_failure():

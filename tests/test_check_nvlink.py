@@ -11,7 +11,7 @@ import pytest
 
 from ctx import make_host, result, run_check
 from derived import ALL_LINKS_INACTIVE, H100_NVLINK, links_unretrievable, node_nvlink_status, set_link
-from preflight.diagnosis import diagnose, load_knowledge
+from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
@@ -78,7 +78,7 @@ def test_one_inactive_link_fails_with_the_link_and_its_gpu():
     assert ev.probe == STATUS
     assert ev.excerpt == ("GPU 3: NVIDIA H200 (UUID: GPU-88c58391-6001-919c-8431-20f011c20003)\n"
                           "Link 7: <inactive>")
-    assert "reset the GPU (nvidia-smi -r) -> reboot" in f.data["action"]
+    assert "reset the GPU (nvidia-smi -r) -> reboot" in f.action
 
 
 def test_every_link_of_a_gpu_inactive_fails():
@@ -228,7 +228,7 @@ def test_replay_errors_warn():
     assert f.summary == "NVLink errors corrected by replay: GPU0 link 1 replay 12 (counted since driver load)"
     assert f.evidence[0].excerpt == ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-abcdefab-cdef-abdc-abcd-abababababab)\n"
                                      "Link 1: Replay Errors: 12")
-    assert "rise under load" in f.data["action"]
+    assert "rise under load" in f.action
 
 
 def test_recovery_errors_fail():

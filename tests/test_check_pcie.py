@@ -81,7 +81,7 @@ def test_gpu_in_p0_at_x8_fails():
     assert (f.status, f.symptoms) == (Status.FAIL, ("pcie-link-degraded",))
     assert f.summary.startswith("PCIe link below capability: GPU2 00000000:3A:00.0 in P0 at Gen5 x8 of Gen5 x16 "
                                 "(nvidia-smi)")
-    assert f.data["action"].startswith("reseat GPU2 00000000:3A:00.0 (and the riser")
+    assert f.action.startswith("reseat GPU2 00000000:3A:00.0 (and the riser")
     assert "GPU2 00000000:3A:00.0: P0, PCIe Gen5 x8, max Gen5 x16" in f.evidence[0].excerpt
 
 
@@ -159,7 +159,7 @@ def test_kernel_limit_on_gpus_behind_a_gen4_switch_fails():
     assert f.status is Status.FAIL
     assert "GPU 0000:04:00.0: 252.048 of 504.112 Gb/s, limited by 16 GT/s x16 at 0000:01:00.0" in f.summary
     assert "GPU 0000:8b:00.0" in f.summary and "8 GPUs in P0" not in f.summary
-    assert "bottleneck at 0000:87:00.0" in f.data["action"]
+    assert "bottleneck at 0000:87:00.0" in f.action
 
 
 def test_kernel_limit_on_a_mlx5_nic_fails():

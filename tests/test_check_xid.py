@@ -1,4 +1,4 @@
-"""checks/xid.py and preflight/xid_catalog.py on the real kernel-log corpus. Synthetic lines are
+"""checks/xid.py and preflight/knowledge/xid_catalog.py on the real kernel-log corpus. Synthetic lines are
 real corpus lines with one value changed, or lines quoted in FACTS.md §5.1; each says which."""
 
 from pathlib import Path
@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from ctx import make_host, result, run_check
-from preflight.diagnosis import diagnose, load_knowledge
+from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
-from preflight.xid_catalog import XidCatalogError, load_xid_catalog
+from preflight.knowledge.xid_catalog import XidCatalogError, load_xid_catalog
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 LOGS = CORPUS / "kernel-log"
@@ -90,7 +90,7 @@ def test_xid63_pending_remap_warns_and_leaves_the_action_to_the_cause():
 def test_xid94_contained_ecc_warns_with_restart_app():
     [f] = xid(log("h100-xid94-contained-ecc-ch-only.txt"))
     assert (f.status, f.symptoms) == (Status.WARN, ("gpu-ecc-uncorrectable", "xid-94"))
-    assert f.data["action"].startswith("Xid 94 on 0000:0f:00 (RESTART_APP): Restart the application")
+    assert f.action.startswith("Xid 94 on 0000:0f:00 (RESTART_APP): Restart the application")
 
 
 def test_xid145_nonfatal_nvlink5_warns():
@@ -127,7 +127,7 @@ def test_gsp_rpc_history_dump_fails_as_a_gsp_error():
     [f] = xid(log("gsp-timeout-rpc-history-table-gpu6.txt"))
     assert (f.status, f.symptoms) == (Status.FAIL, ("gpu-gsp-error",))
     assert f.summary.startswith("Xid 119 GSP_RPC_TIMEOUT on GPU6, 1 line (driver message without an Xid line)")
-    assert "(RESET_GPU)" in f.data["action"]
+    assert "(RESET_GPU)" in f.action
 
 
 def test_gsp_core_dump_with_talos_prefix_fails():
@@ -147,7 +147,7 @@ def test_nvswitch_sxid_nonfatal_warns_with_its_links():
 def test_fatal_sxid_fails():
     # Synthetic: the real SXid 12028 line with "Non-fatal" changed to "Fatal".
     [f] = xid(log("nvswitch-sxid-12028-nonfatal-egress-priv-error.txt").replace("Non-fatal", "Fatal"))
-    assert f.status is Status.FAIL and "reboot it so the NVSwitches and GPUs are reset" in f.data["action"]
+    assert f.status is Status.FAIL and "reboot it so the NVSwitches and GPUs are reset" in f.action
 
 
 # ---- synthetic events built from real lines ---------------------------------------------------
@@ -160,7 +160,7 @@ def test_xid48_double_bit_ecc_fails_with_workflow_48():
     # Synthetic: the real Xid 94 line with its number changed to 48.
     [f] = xid(XID94.replace("): 94,", "): 48,"))
     assert (f.status, f.symptoms) == (Status.FAIL, ("gpu-ecc-uncorrectable", "xid-48"))
-    assert "(WORKFLOW_XID_48): Reset the GPU, then check the SRAM DBE threshold" in f.data["action"]
+    assert "(WORKFLOW_XID_48): Reset the GPU, then check the SRAM DBE threshold" in f.action
 
 
 def test_three_line_fallen_off_the_bus_fails_without_an_xid_symptom():
@@ -172,7 +172,7 @@ def test_three_line_fallen_off_the_bus_fails_without_an_xid_symptom():
     assert (f.status, f.symptoms) == (Status.FAIL, ("gpu-fallen-off-bus",))
     assert "on 0000:0f:00.0, 1 line (driver message without an Xid line)" in f.summary
     assert f.evidence[0].excerpt.count("NVRM:") == 3  # the GPU is named two lines up
-    assert "(RESTART_BM): Full power cycle of the node." in f.data["action"]
+    assert "(RESTART_BM): Full power cycle of the node." in f.action
 
 
 def test_xid79_line_and_message_make_one_finding():

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from derived import h200_node_xml
-from preflight.bundle import FORMAT
-from preflight.cli import main
+from preflight.evidence.bundle import FORMAT
+from preflight.app.cli import main
 
 
 def write_bundle(root: Path, hosts: dict[str, dict[str, object]]) -> Path:

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import soak_scenarios as S
-from preflight.cli import main
+from preflight.app.cli import main
 from preflight.soak.data import SoakMeta, write_soak
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "h200-soak"

@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from preflight.diagnosis import KnowledgeBase, PlaybookError, diagnose, load_knowledge
+from preflight.diagnose.engine import KnowledgeBase, PlaybookError, diagnose, load_knowledge
 from preflight.model import Finding, Status
 
 CONTRACT_CAUSES = """nic-fw-driver-mismatch nic-fw-inconsistent ib-port-down ib-link-degraded nvlink-down
@@ -17,13 +17,13 @@ def test_every_contract_cause_has_an_entry_with_actions():
         assert kb.causes[cause].actions and all(isinstance(a, str) for a in kb.causes[cause].actions)
 
 
-def _f(host, symptoms, status=Status.FAIL, summary="s", **data):
-    return Finding("c", host, status, summary, tuple(symptoms), data=data)
+def _f(host, symptoms, status=Status.FAIL, summary="s", action=None, **data):
+    return Finding("c", host, status, summary, tuple(symptoms), data=data, action=action)
 
 
 def _kb(rules):
     kb = load_knowledge()
-    from preflight.diagnosis import Rule
+    from preflight.diagnose.engine import Rule
     return KnowledgeBase(kb.causes, tuple(Rule(**r) for r in rules))
 
 

@@ -45,10 +45,10 @@ from nodes import (
     row_remap_pending,
 )
 
-from preflight.cli import main
-from preflight.diagnosis import diagnose, load_knowledge
-from preflight.plugin import load_checks
-from preflight.probes import PROBES
+from preflight.app.cli import main
+from preflight.diagnose.engine import diagnose, load_knowledge
+from preflight.judge.loader import load_checks
+from preflight.collect.probes import PROBES
 
 root = pytest.mark.root
 OLD_FW = "28.45.1020"  # what DOCA 3.0.0 ships: older than the 28.46.1006 of the nodes' DOCA 3.1.0
@@ -269,11 +269,11 @@ def test_issue5_all_reduce_hang_low_bandwidth_and_the_culprit(sim_cluster, tmp_p
 
 
 def test_a_diagnosis_takes_the_action_of_the_finding_that_names_its_cause():
-    """preflight/diagnosis.py: a host with firmware older than its driver ships and a hanging
+    """preflight/diagnose/engine.py: a host with firmware older than its driver ships and a hanging
     all_reduce is diagnosed as the mismatch (rules.yaml); its action must be the firmware
     finding's own ("update NIC firmware to 28.46.1006 ..."), not the generic one of the cause,
     although the all_reduce finding comes first. The nccl probe output is the nodes' table
-    between the probe's markers (preflight/nccl_probe.py), the second repetition hung."""
+    between the probe's markers (preflight/collect/nccl_probe.py), the second repetition hung."""
     table = nccl_table("gpu06", gpu_buses(h200_node_xml(8)))
     probe = ("# preflight: tool=/usr/local/bin/all_reduce_perf gpus=8 repetitions=2\n" + table
              + "# preflight: repetition 1 exit=0 seconds=3\n# preflight: repetition 2 exit=124 seconds=5\n")

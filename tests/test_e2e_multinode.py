@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from derived import H200_RUN, h200_node_xml, mpirun_all_reduce, tagged_warn
-from preflight.cli import main
+from preflight.app.cli import main
 from simcluster import Reply, SimHost
 
 pytestmark = pytest.mark.root
@@ -28,7 +28,7 @@ ARGS = f"-b 8 -e {MAX} -f 2 -g 1 -c 1"
 
 
 def mpirun(node_dir: Path, probe: str, ranks: int, split: bool = False) -> str:
-    """The command line the stage's script runs on the launcher (preflight/multinode.py SCRIPT)."""
+    """The command line the stage's script runs on the launcher (preflight/collect/multinode.py SCRIPT)."""
     extra = " -x NCCL_TESTS_SPLIT" if split else ""
     return (f"mpirun --hostfile {node_dir}/r/{probe}.hosts -np {ranks} --tag-output -x NCCL_DEBUG{extra} "
             f"all_reduce_perf {ARGS}")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from derived import h200_node_text, h200_node_xml
-from preflight.cli import main
+from preflight.app.cli import main
 from simcluster import Reply, SimHost
 
 pytestmark = pytest.mark.root
@@ -117,9 +117,9 @@ def test_hostile_host_names_never_reach_a_shell(sim_cluster, tmp_path):
 def test_large_outputs_arrive_whole_over_ssh(sim_cluster, tmp_path):
     """sshd may send the exit status while output still waits behind the flow-control
     window; the executor must read to end-of-file (a 160 KiB output was once cut short)."""
-    from preflight.executor import ExecPlan, SshOptions, run_fleet
-    from preflight.inventory import load_hosts_file
-    from preflight.probes import PROBES
+    from preflight.collect.executor import ExecPlan, SshOptions, run_fleet
+    from preflight.collect.inventory import load_hosts_file
+    from preflight.collect.probes import PROBES
 
     big = (h200_node_xml(8) * 12).encode()  # ~2 MB, many windows' worth
     blob = tmp_path / "big.xml"

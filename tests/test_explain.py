@@ -2,9 +2,9 @@
 
 import pytest
 
-from preflight.cli import main
-from preflight.diagnosis import load_knowledge
-from preflight.explain import (
+from preflight.app.cli import main
+from preflight.diagnose.engine import load_knowledge
+from preflight.diagnose.explain import (
     UnknownCause,
     explain,
     find_cause,

@@ -1,6 +1,6 @@
 import pytest
 
-from preflight.inventory import InventoryInvalid, load_hosts_file, parse_host_list, parse_hosts_text
+from preflight.collect.inventory import InventoryInvalid, load_hosts_file, parse_host_list, parse_hosts_text
 from preflight.model import Host
 
 

@@ -1,4 +1,4 @@
-"""The streaming load generator (preflight/soak/loadgen.py) against a fake OpenAI SSE server.
+"""The streaming load generator (preflight/node/loadgen.py) against a fake OpenAI SSE server.
 
 The fake server (asyncio, loopback only, a free port) answers ``/health``, ``/v1/models``,
 ``/metrics`` (a real vLLM 0.32.0 capture) and ``/v1/completions`` with Server-Sent Events in
@@ -24,7 +24,7 @@ from typing import Callable
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LOADGEN = ROOT / "preflight" / "soak" / "loadgen.py"
+LOADGEN = ROOT / "preflight" / "node" / "loadgen.py"
 RECORDED = ROOT / "tests" / "fixtures" / "recorded"
 RAW_STREAM = RECORDED / "vllm-0.32.0-cpu-completions-stream-token-ids-raw-http.txt"
 METRICS_032 = RECORDED / "vllm-metrics-0.32.0-cpu-tiny-llama-128-running-192-waiting.txt"

@@ -1,7 +1,7 @@
 """Multi-node all_reduce: the re-pairing planner, reading a run, the stage's flow with a fake
 launcher, and the nccl-multinode check with its diagnoses.
 
-Outputs are real corpus files (nccl-tests/) wrapped in the markers preflight/multinode.py's
+Outputs are real corpus files (nccl-tests/) wrapped in the markers preflight/collect/multinode.py's
 script prints around mpirun, or derivations of them (tests/derived.py: mpirun_all_reduce,
 tagged_warn). Real mpirun cannot run here (no GPUs, no MPI): the stage is driven by a fake
 launcher that replays outputs per hostfile, and by the e2e test over the simulated cluster.
@@ -15,12 +15,12 @@ import pytest
 
 from ctx import _CHECKS, make_host
 from derived import CORPUS, H200_RUN, mpirun_all_reduce, tagged_warn
-from preflight.analyze import _run_fleet_check
-from preflight.bundle import FLEET_HOST
-from preflight.context import FleetContext
-from preflight.diagnosis import diagnose, load_knowledge
+from preflight.judge.analyze import _run_fleet_check
+from preflight.evidence.bundle import FLEET_HOST
+from preflight.judge.context import FleetContext
+from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import ProbeResult, Status
-from preflight.multinode import (
+from preflight.collect.multinode import (
     PROBE_FULL,
     PROBE_INTER,
     PROBE_INTRA,
@@ -40,7 +40,7 @@ KB = load_knowledge()
 
 
 def stage_text(hosts, body: str, exit_code: int = 0, seconds: int = 40, gpus: int = 8) -> str:
-    """What the stage's script prints around mpirun's output (preflight/multinode.py SCRIPT)."""
+    """What the stage's script prints around mpirun's output (preflight/collect/multinode.py SCRIPT)."""
     return (f"# preflight: tool=mpirun gpus={gpus} repetitions=1\n"
             + "".join(f"# preflight: host {h} slots={gpus}\n" for h in hosts)
             + body + f"# preflight: repetition 1 exit={exit_code} seconds={seconds}\n")
@@ -319,6 +319,6 @@ def test_stage_stops_after_the_variants_when_they_pass(tmp_path):
 
 @pytest.mark.parametrize("name", ["gpu01", "gpu01.dc1"])
 def test_pair_probe_ids_are_bundle_safe(name):
-    from preflight.bundle import _SAFE
+    from preflight.evidence.bundle import _SAFE
 
     assert _SAFE.match(pair_probe(name, "gpu02"))

@@ -1,11 +1,11 @@
-"""preflight/nic_matrix.py: adapter identification, release lookup and the firmware verdict,
+"""preflight/knowledge/nic_matrix.py: adapter identification, release lookup and the firmware verdict,
 on the parsed real captures of corpus/ibv, corpus/mlxfw, corpus/driver and recorded/."""
 
 from pathlib import Path
 
 import pytest
 
-from preflight.nic_matrix import (
+from preflight.knowledge.nic_matrix import (
     NEWER,
     OK,
     OLDER,
@@ -23,14 +23,14 @@ from preflight.nic_matrix import (
     nics_from_ib,
     releases_for,
 )
-from preflight.parsers.ibverbs import parse_ibstat, parse_ibv_devinfo
-from preflight.parsers.mlnx import (
+from preflight.parse.ibverbs import parse_ibstat, parse_ibv_devinfo
+from preflight.parse.mlnx import (
     parse_ethtool_i,
     parse_mlxfwmanager,
     parse_modinfo,
     parse_ofed_info,
 )
-from preflight.parsers.versions import driver_release, parse_version
+from preflight.parse.versions import driver_release, parse_version
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MATRIX = load_matrix()

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from preflight.parsers import ParseError
-from preflight.parsers.kernel_log import KernelLog, parse_kernel_log
+from preflight.parse import ParseError
+from preflight.parse.kernel_log import KernelLog, parse_kernel_log
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "fixtures" / "corpus"

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.parsers import ParseError
-from preflight.parsers.lspci import parse_lspci, pcie_gen
+from preflight.parse import ParseError
+from preflight.parse.lspci import parse_lspci, pcie_gen
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 CX7 = "lspci/cx7-gen5-x16-lnkcap-lnksta-ok-grep.txt"

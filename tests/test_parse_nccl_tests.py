@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.parsers import ParseError
-from preflight.parsers.nccl_tests import (
+from preflight.parse import ParseError
+from preflight.parse.nccl_tests import (
     bus_bandwidth_factor,
     largest_row,
     nccl_signatures,

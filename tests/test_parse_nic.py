@@ -4,15 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from preflight.parsers import ParseError
-from preflight.parsers.ibverbs import (
+from preflight.parse import ParseError
+from preflight.parse.ibverbs import (
     IbPort,
     parse_ib_sysfs,
     parse_ibstat,
     parse_ibstatus,
     parse_ibv_devinfo,
 )
-from preflight.parsers.mlnx import (
+from preflight.parse.mlnx import (
     parse_ethtool_i,
     parse_mlxfwmanager,
     parse_modinfo,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.parsers import ParseError
-from preflight.parsers.nvidia_smi import (
+from preflight.parse import ParseError
+from preflight.parse.nvidia_smi import (
     CLOCK_EVENT_BITS,
     EccCounters,
     PcieLink,

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.parsers import ParseError
-from preflight.parsers.nvlink import parse_nvlink_errors, parse_nvlink_status
+from preflight.parse import ParseError
+from preflight.parse.nvlink import parse_nvlink_errors, parse_nvlink_status
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.parsers import ParseError
-from preflight.parsers.topo import GpuAffinity, parse_topo
+from preflight.parse import ParseError
+from preflight.parse.topo import GpuAffinity, parse_topo
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 

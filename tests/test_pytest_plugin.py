@@ -17,7 +17,7 @@ import pytest
 from derived import CORPUS, h200_node_xml
 from test_cli import write_bundle
 
-from preflight.cli import main
+from preflight.app.cli import main
 
 pytest_plugins = ["pytester"]
 
@@ -64,7 +64,7 @@ def run_pytest(pytester, monkeypatch):
     most of a second; the entry point itself is exercised by test_registered_as_a_pytest11_plugin,
     test_inert_without_its_options and the xdist run."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    return lambda *args: pytester.runpytest("-p", "preflight.pytest_plugin", *args)
+    return lambda *args: pytester.runpytest("-p", "preflight.pytest.plugin", *args)
 
 
 def bundle_args(bundle: Path, out: Path, *extra: str) -> list[str]:
@@ -164,7 +164,7 @@ def test_warn_passes_with_a_warning(run_pytest, pytester, tmp_path):
 
 def test_registered_as_a_pytest11_plugin():
     [ep] = [ep for ep in entry_points(group="pytest11") if ep.name == "preflight"]
-    assert ep.value == "preflight.pytest_plugin"
+    assert ep.value == "preflight.pytest.plugin"
 
 
 def test_inert_without_its_options(pytester):
@@ -230,7 +230,7 @@ def test_missing_bundle_is_a_usage_error(run_pytest, pytester, tmp_path):
 def test_local_run_on_this_machine(run_pytest, tmp_path):
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has nvidia-smi: the verdicts below are for one without")
-    from preflight.runner import local_host_name
+    from preflight.app.run import local_host_name
 
     result = run_pytest("--preflight-local", "--preflight-checks=gpu-inventory", f"--preflight-out={tmp_path}", "-rE")
     result.assert_outcomes(passed=2, errors=1)

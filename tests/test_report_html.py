@@ -31,13 +31,14 @@ import soak_scenarios
 from derived import h200_node_xml, with_gpu_values
 from test_cli import write_bundle
 
-from preflight.analyze import Analysis, analyze
-from preflight.bundle import read_bundle
-from preflight.cli import main
-from preflight.diagnosis import load_knowledge
+from preflight.diagnose.analysis import analyze
+from preflight.model import Analysis
+from preflight.evidence.bundle import read_bundle
+from preflight.app.cli import main
+from preflight.diagnose.engine import load_knowledge
 from preflight.model import Evidence, Finding, Status
-from preflight.plugin import load_checks, select
-from preflight.profiles import load_profiles
+from preflight.judge.loader import load_checks, select
+from preflight.knowledge.profiles import load_profiles
 from preflight.report import html, junit, markdown
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -194,7 +195,7 @@ def test_self_contained_no_scripts_no_external_fetches(report):
 def test_evidence_text_is_escaped():
     hostile = Finding("probe-x", "gpu<1>", Status.FAIL, '<script>alert("x")</script>', ("gpu-missing",),
                       (Evidence("kernel-log", "</pre><img src=http://evil/x>"),))
-    from preflight.analyze import HostVerdict
+    from preflight.model import HostVerdict
 
     analysis = Analysis({"gpu<1>": HostVerdict("fail", True, "generic", "test")}, [hostile], [], [])
     page = html.render(analysis)
@@ -204,7 +205,7 @@ def test_evidence_text_is_escaped():
 
 
 def test_a_diagnosis_of_many_hosts_names_the_first_and_counts_the_rest():
-    from preflight.analyze import HostVerdict
+    from preflight.model import HostVerdict
     from preflight.model import Diagnosis
 
     hosts = tuple(f"gpu{i:03d}" for i in range(1, 41))
@@ -217,7 +218,7 @@ def test_a_diagnosis_of_many_hosts_names_the_first_and_counts_the_rest():
 
 def test_soak_plots_are_embedded_as_base64_png(plot_files):
     [png] = [p.read_bytes() for p in plot_files.values()]
-    from preflight.analyze import HostVerdict
+    from preflight.model import HostVerdict
 
     analysis = Analysis({"gpu001": HostVerdict("pass", True, "hgx-h200", "test")}, [], [], [])
     p = Page(html.render(analysis, {"gpu001": png}))
@@ -227,7 +228,7 @@ def test_soak_plots_are_embedded_as_base64_png(plot_files):
 
 
 def test_write_reports_embeds_the_plots_named_in_meta(golden, plot_files, tmp_path):
-    from preflight.runner import write_reports
+    from preflight.app.run import write_reports
 
     [plot] = plot_files.values()
     run = plot.parent.parent

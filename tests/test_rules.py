@@ -1,4 +1,4 @@
-"""Every rule of playbooks/rules.yaml, and the seed field table, against preflight.diagnosis.
+"""Every rule of playbooks/rules.yaml, and the seed field table, against preflight.diagnose.engine.
 
 The per-rule cases are generated from the rules file itself, so a rule added there is tested
 without touching this file:
@@ -32,7 +32,7 @@ from derived import (
     with_gpu_values,
 )
 
-from preflight.diagnosis import FleetRule, KnowledgeBase, Rule, diagnose, load_knowledge
+from preflight.diagnose.engine import FleetRule, KnowledgeBase, Rule, diagnose, load_knowledge
 from preflight.model import Finding, Status
 from preflight.soak.analysis import analyze as analyze_soak
 
@@ -184,7 +184,7 @@ def test_few_hosts_raises_a_weaker_rule_to_its_confidence():
 def test_bad_fleet_rules_are_refused(tmp_path, entry, message):
     import yaml
 
-    from preflight.diagnosis import PlaybookError
+    from preflight.diagnose.engine import PlaybookError
 
     (tmp_path / "causes.yaml").write_text(yaml.safe_dump({"gpu-missing": {"title": "X", "actions": ["do"]}}))
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump([entry]))
@@ -194,7 +194,7 @@ def test_bad_fleet_rules_are_refused(tmp_path, entry, message):
 
 def test_causes_with_a_non_text_item_are_refused(tmp_path):
     """`- Check lspci -d 15b3: for ...` unquoted is a mapping to YAML, not an action."""
-    from preflight.diagnosis import PlaybookError
+    from preflight.diagnose.engine import PlaybookError
 
     (tmp_path / "causes.yaml").write_text("x:\n  title: X\n  actions:\n    - Check lspci -d 15b3: for the NICs\n")
     (tmp_path / "rules.yaml").write_text("[]\n")

@@ -40,7 +40,7 @@ RECORDED = ROOT / "tests" / "fixtures" / "recorded"
 # vLLM 0.32.0 on this machine's CPU, its engine killed by an out-of-vocabulary prompt token id.
 ENGINE_DEAD_LOG = RECORDED / "vllm-0.32.0-cpu-server-log-engine-dead-token-id-out-of-vocab-excerpt.txt"
 SAMPLES = json.loads((CORPUS / "burn_samples.json").read_text())
-AGENT = ROOT / "preflight" / "soak" / "agent.py"
+AGENT = ROOT / "preflight" / "node" / "agent.py"
 THIS = Path(__file__).resolve()
 
 
@@ -464,7 +464,7 @@ def test_local_soak_runs_detached_and_merges(tmp_path, controller):
 
 
 def test_controller_death_then_attach_collects(tmp_path, controller, capsys):
-    from preflight.cli import main as cli_main
+    from preflight.app.cli import main as cli_main
 
     plan = local_plan(controller, tmp_path, seconds=0.3)
     controller.start(plan, quiet_console())  # ...and the controller "dies" here: nobody watches
@@ -507,7 +507,7 @@ def test_agent_killed_mid_run_loses_at_most_one_interval(tmp_path, controller):
     (["--engine", "endpoint"], "--engine endpoint needs --endpoint URL"),
 ])
 def test_cli_checks_the_serving_options(tmp_path, capsys, argv, error):
-    from preflight.cli import main as cli_main
+    from preflight.app.cli import main as cli_main
 
     assert cli_main(["soak", "--local", "--out", str(tmp_path), *argv]) == 2
     assert error in capsys.readouterr().err.replace("\n", "")
@@ -515,7 +515,7 @@ def test_cli_checks_the_serving_options(tmp_path, capsys, argv, error):
 
 
 def test_plan_passes_the_serving_options_to_the_agent_as_argv(controller):
-    from preflight.cli import build_parser
+    from preflight.app.cli import build_parser
 
     args = build_parser().parse_args([
         "soak", "--local", "--engine", "vllm", "--model", "tiny-llama-ci", "--vllm-python", "/venv/bin/python3",
@@ -677,7 +677,7 @@ def test_node_status_names_the_hottest_gpu_and_active_reasons(controller):
 def test_soak_over_ssh_on_the_simulated_cluster(tmp_path, sim_cluster, controller):
     from simcluster import SimHost
 
-    from preflight.executor import SshOptions
+    from preflight.collect.executor import SshOptions
 
     cluster = sim_cluster([SimHost("gpu01"), SimHost("gpu02"), SimHost("gpu03", down=True)])
     hosts = controller.load_hosts_file(cluster.hosts_file)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import soak_scenarios as S
 
-from preflight.diagnosis import diagnose, load_knowledge
+from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
 from preflight.soak.analysis import analyze, analyze_soak
 from preflight.soak.data import SLOWDOWN_COLUMN, SoakDataError, SoakMeta, read_soak, write_soak

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from preflight.cli import main as cli_main
-from preflight.diagnosis import load_knowledge
+from preflight.app.cli import main as cli_main
+from preflight.diagnose.engine import load_knowledge
 from preflight.model import Status
-from preflight.soak import agent
-from preflight.soak import vllm_engine as ve
+from preflight.node import agent
+from preflight.node import vllm_engine as ve
 from preflight.soak.judge import CHECK_SERVER_LOG, judge_soak
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,17 +19,17 @@ from pathlib import Path
 import pytest
 from ctx import make_host, run_check
 
-from preflight import torch_allreduce as ta
+from preflight.node import torch_allreduce as ta
 from preflight.model import Status
-from preflight.nccl_probe import (
+from preflight.collect.nccl_probe import (
     FALLBACK_SOURCE,
     PROBE_ID,
     NcclOptions,
     parse_probe_output,
     with_options,
 )
-from preflight.parsers.nccl_tests import parse_nccl_tests
-from preflight.probes import PROBES
+from preflight.parse.nccl_tests import parse_nccl_tests
+from preflight.collect.probes import PROBES
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 A100 = CORPUS / "nccl-tests" / "a100-sxm4-40gb-8gpu-allreduce-old-format-validation0.txt"

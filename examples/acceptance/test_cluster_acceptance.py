@@ -6,7 +6,7 @@ Run it against the cluster, or offline against the evidence a run saved (a custo
     pytest examples/acceptance --preflight-bundle=examples/h200-fleet
 
 preflight runs once for the session (the preflight pytest plugin); the tests below read its
-report through the ``preflight_report`` fixture (``preflight.acceptance.Report``). pytest also
+report through the ``preflight_report`` fixture (``preflight.pytest.acceptance.Report``). pytest also
 lists every host x check preflight judged as ``test_preflight[<host>-<check>]``; add
 ``-k "not test_preflight"`` to keep only the criteria. A criterion whose evidence is missing
 fails rather than skips: "not measured" does not meet a contract.
@@ -23,8 +23,8 @@ The criteria, one test each:
 - one hour of soak without thermal slowdown, and throughput decay under 5 %.
 """
 
-from preflight.acceptance import MissingResult
-from preflight.profiles import load_profiles
+from preflight.pytest.acceptance import MissingResult
+from preflight.knowledge.profiles import load_profiles
 
 # The contract's numbers: a site edits these, not the tests.
 SOAK_MIN_S = 3600

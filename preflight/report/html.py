@@ -14,7 +14,7 @@ where everything passed are folded (``<details>``) so that at 128 hosts the page
 the ones that need attention.
 
 Plots are passed in as ``{host: png_bytes}`` (``preflight.soak.plots.plot_soak`` writes
-them; ``preflight.runner.write_reports`` reads the files named by ``analysis.meta
+them; ``preflight.app.run.write_reports`` reads the files named by ``analysis.meta
 ["soak_plots"]``, host -> path relative to the run directory, and hands the bytes here), so
 this module stays a pure function of its inputs.
 """
@@ -27,8 +27,8 @@ from collections import Counter
 from collections.abc import Mapping
 from html import escape
 
-from ..analyze import Analysis
-from ..model import Finding, Status
+from preflight.model import Analysis
+from preflight.model import Finding, Status
 
 _ORDER = ("fail", "error", "warn", "pass", "skip")
 # Inventory-like data keys whose values group hosts: versions, firmware, models. (The

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..analyze import Analysis
+from preflight.model import Analysis
 
 FORMAT = "preflight-report/1"
 

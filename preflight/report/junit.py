@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..analyze import Analysis
-from ..model import Status
+from preflight.model import Analysis
+from preflight.model import Status
 
 
 def render(analysis: Analysis) -> str:

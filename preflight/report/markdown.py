@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..analyze import Analysis
-from ..model import Status
+from preflight.model import Analysis
+from preflight.model import Status
 
 _ICON = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "error": "ERROR", "skip": "SKIP"}
 

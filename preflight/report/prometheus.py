@@ -23,8 +23,8 @@ import math
 from collections.abc import Iterable
 from datetime import datetime
 
-from ..analyze import Analysis
-from ..model import Status, worst
+from preflight.model import Analysis
+from preflight.model import Status, worst
 
 _METRICS = (
     ("preflight_run_timestamp_seconds", "When the evidence of this run was collected (Unix time)."),

@@ -1,8 +1,7 @@
-"""Soak: the node-side agent, the controller that runs it, and the judgement of its data.
-
-``agent`` runs on a node (shipped as source; stdlib + pynvml + torch); ``controller`` starts,
-follows and collects agents (``preflight soak``); ``data`` reads, validates and writes a
-``preflight-soak/1`` directory; ``analysis`` turns it into findings and the report's ``soak``
-section; ``plots`` draws one PNG per host. Nothing is imported here: pandas and matplotlib
-cost a second at start-up, and most commands never need them.
+"""The soak, controller side: ``controller`` starts the agent of ``preflight.node`` on every
+node, follows it and collects its files (``preflight soak``); ``data`` reads, validates and
+writes a ``preflight-soak/1`` directory; ``analysis`` turns it into findings and the report's
+``soak`` section; ``plots`` draws one PNG per host. Nothing is imported here: pandas and
+matplotlib cost a second at start-up, and most commands never need them. May import every
+stage up to ``preflight.report``.
 """

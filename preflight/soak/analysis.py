@@ -65,9 +65,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..model import Evidence, Finding, Status, worst
-from ..parsers.nvidia_smi import reasons_from_bitmask
-from .data import SLOWDOWN_COLUMN, TELEMETRY_CSV, THROUGHPUT_CSV, SoakData, read_soak
+from preflight.model import Evidence, Finding, Status, worst
+from preflight.parse.nvidia_smi import reasons_from_bitmask
+from preflight.soak.data import SLOWDOWN_COLUMN, TELEMETRY_CSV, THROUGHPUT_CSV, SoakData, read_soak
 
 SW_POWER_CAP = 0x4
 HW_SLOWDOWN = 0x8

@@ -48,19 +48,19 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ..datafile import positive
-from ..executor import (
+from preflight.knowledge.datafile import positive
+from preflight.collect.executor import (
     SshOptions,
     describe_connect_error,
     open_connection,
     run_on_connection,
 )
-from ..inventory import InventoryInvalid, load_hosts_file, parse_host_list
-from ..model import Host
-from ..parsers.nvidia_smi import reasons_from_bitmask
-from .agent import EVENT_COLUMNS, TELEMETRY_COLUMNS, THROUGHPUT_COLUMNS
+from preflight.collect.inventory import InventoryInvalid, load_hosts_file, parse_host_list
+from preflight.model import Host
+from preflight.parse.nvidia_smi import reasons_from_bitmask
+from preflight.node.agent import EVENT_COLUMNS, TELEMETRY_COLUMNS, THROUGHPUT_COLUMNS
 
-AGENT_PATH = Path(__file__).with_name("agent.py")
+AGENT_PATH = Path(__file__).resolve().parent.parent / "node" / "agent.py"
 # Shipped beside agent.py, which imports them for the vllm and endpoint engines.
 SIBLING_PATHS = tuple(AGENT_PATH.with_name(name) for name in ("vllm_engine.py", "loadgen.py"))
 MODELS_DIR = AGENT_PATH.with_name("models")
@@ -733,11 +733,11 @@ def analyze_and_show(outcome: SoakOutcome, console: Console) -> bool:
     """Judge the merged directory and write the run's reports (report.json with its ``soak``
     section, report.md, report.html with the plots, junit.xml) beside the soak data, as
     ``preflight analyze`` would; True when something failed."""
-    from ..diagnosis import load_knowledge
-    from ..report import terminal
-    from ..runner import write_reports
-    from .data import SoakDataError
-    from .judge import judge_soak
+    from preflight.diagnose.engine import load_knowledge
+    from preflight.report import terminal
+    from preflight.app.run import write_reports
+    from preflight.soak.data import SoakDataError
+    from preflight.soak.judge import judge_soak
 
     try:
         analysis = judge_soak(outcome.run_dir, load_knowledge(), plots_dir=outcome.run_dir / "plots")
@@ -868,7 +868,7 @@ def _ssh_options(args) -> SshOptions:
 
 
 def cmd_soak(args, console: Console) -> int:
-    from ..runner import local_host_name, new_run_id
+    from preflight.app.run import local_host_name, new_run_id
 
     err = Console(stderr=True)
     try:

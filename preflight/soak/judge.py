@@ -15,12 +15,12 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ..analyze import Analysis, HostVerdict
-from ..diagnosis import KnowledgeBase, diagnose
-from ..model import Evidence, Finding, Status, worst
-from .analysis import analyze
-from .data import read_soak
-from .vllm_engine import SERVER_LOG, describe_symptom
+from preflight.model import Analysis, HostVerdict
+from preflight.diagnose.engine import KnowledgeBase, diagnose
+from preflight.model import Evidence, Finding, Status, worst
+from preflight.soak.analysis import analyze
+from preflight.soak.data import read_soak
+from preflight.node.vllm_engine import SERVER_LOG, describe_symptom
 
 CHECK_SERVER_LOG = "soak-vllm-server"
 EVENTS_CSV = "events.csv"
@@ -47,7 +47,7 @@ def judge_soak(soak_dir: Path, kb: KnowledgeBase, plots_dir: Path | None = None)
     if result.notes:
         meta["soak_notes"] = list(result.notes)
     if plots_dir is not None:
-        from .plots import plot_soak
+        from preflight.soak.plots import plot_soak
 
         plots_dir.mkdir(parents=True, exist_ok=True)
         drawn = plot_soak(data, plots_dir)
@@ -65,7 +65,7 @@ def server_log_findings(soak_dir: Path, hosts: tuple[str, ...]) -> list[Finding]
         findings.append(Finding(
             CHECK_SERVER_LOG, host, Status.FAIL, f"vLLM server: {summary} ({where}); try: {suggestion}",
             (symptom,), (Evidence(SERVER_LOG, f"line {line}: {quoted}" if quoted else where),),
-            {"action": suggestion, "line": line}))
+            {"line": line}, suggestion))
     return findings
 
 

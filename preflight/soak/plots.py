@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from .analysis import (
+from preflight.soak.analysis import (
     HW_POWER_BRAKE,
     HW_SLOWDOWN,
     SW_POWER_CAP,
@@ -35,7 +35,7 @@ from .analysis import (
     node_throughput,
     throughput_trends,
 )
-from .data import SLOWDOWN_COLUMN, SoakData
+from preflight.soak.data import SLOWDOWN_COLUMN, SoakData
 
 _SHADES = (  # drawn in this order, so the worse reason paints over the milder one
     ("SW power cap", SW_POWER_CAP, "#cfe3f7"),

@@ -1,0 +1,341 @@
+"""Command line: ``preflight run | analyze | checks | explain | diff``.
+
+Exit codes (contract): 0 nothing failed (warnings allowed), 1 a check failed or a host could
+not be checked, 2 bad input or usage. Bad input is refused before anything runs or is
+written, with the file, line or option that is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+
+from preflight import __version__
+from preflight.evidence.bundle import BundleError, read_bundle
+from preflight.knowledge.datafile import positive
+from preflight.diagnose.engine import PlaybookError, load_knowledge
+from preflight.collect.executor import ExecPlan, SshOptions
+from preflight.collect.inventory import InventoryInvalid, load_hosts_file, parse_host_list
+from preflight.judge.loader import CheckLoadError, load_checks, select
+from preflight.knowledge.profiles import ProfileError, load_profiles
+from preflight.report import terminal
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    pass
+
+
+# Bad input: refused with exit 2 and the message, never a traceback.
+INPUT_ERRORS = (InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError)
+
+
+_positive = positive
+
+
+def _size(text: str) -> int:
+    from preflight.collect.nccl_probe import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _active_test_options(run: argparse.ArgumentParser) -> None:
+    g = run.add_argument_group("active tests", "nccl-tests all_reduce_perf on every node (a few minutes of full load)")
+    g.add_argument("--nccl-reps", type=_positive(int), default=5, metavar="N",
+                   help="repetitions of all_reduce_perf per node (default 5)")
+    g.add_argument("--nccl-max-bytes", type=_size, default="8G", metavar="SIZE",
+                   help="largest message, e.g. 8G, 512M or bytes (default 8G)")
+    g.add_argument("--nccl-timeout", type=_positive(float), default=300.0, metavar="SECONDS",
+                   help="limit per repetition; one that runs longer counts as hung (default 300)")
+    g.add_argument("--nccl-tests-dir", metavar="DIR",
+                   help="where all_reduce_perf lives on the nodes (default: PATH, else torch fallback)")
+    g.add_argument("--nccl-multinode", action="store_true",
+                   help="also all_reduce across the hosts through mpirun on the first host, with intra- and "
+                        "inter-node-only variants and 2-node re-pairing to name a culprit; needs Open MPI's "
+                        "mpirun there, passwordless SSH between the nodes and all_reduce_perf built with MPI=1")
+    g.add_argument("--nccl-node-dir", metavar="DIR", default=None,
+                   help="where --nccl-multinode writes its hostfiles on the first host "
+                        "(default ~/.cache/preflight/multinode)")
+    g.add_argument("--quick", action="store_true", help="static checks only: leave out active tests")
+
+
+def _common_analysis_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checks", metavar="IDS", help="comma-separated check ids to run (default: all)")
+    p.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[],
+                   help="also load checks from the *.py files in DIR (repeatable)")
+    p.add_argument("--profile", metavar="ID", help="platform profile for every host (default: detect)")
+    p.add_argument("--profile-file", metavar="FILE", action="append", type=Path, default=[],
+                   help="extra or overriding platform profile YAML (repeatable)")
+    p.add_argument("--out", metavar="DIR", type=Path, default=Path("reports"),
+                   help="where run directories go (default: ./reports)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    _report_options(p)
+
+
+def _report_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("reports", "report.json, report.md and junit.xml are always written")
+    g.add_argument("--html", action=argparse.BooleanOptionalAction, default=True,
+                   help="also write report.html, one self-contained page (default: on)")
+    g.add_argument("--prometheus", metavar="FILE", type=Path,
+                   help="also write verdicts and figures in node_exporter's textfile format (name it *.prom)")
+    g.add_argument("--baseline", metavar="RUN", type=Path,
+                   help="compare with an earlier run (its directory or report.json); the diff goes to diff.md")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="preflight", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"preflight {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="probe hosts, save the evidence, judge it, write reports")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--hosts", metavar="FILE", type=Path, help="hosts file: [user@]host[:port] per line, ranges like gpu[001-016]")
+    where.add_argument("-H", dest="host_list", metavar="HOSTS", help="hosts inline: a,b,gpu[01-04]")
+    where.add_argument("--local", action="store_true", help="check this machine, without SSH (the default with no hosts)")
+    run.add_argument("--user", help="SSH user (default: ssh config, then the current user)")
+    run.add_argument("--port", type=_positive(int), help="SSH port (default: ssh config, then 22)")
+    run.add_argument("--identity", "-i", type=Path, metavar="KEY", help="SSH private key")
+    run.add_argument("--ssh-config", type=Path, metavar="FILE", help="OpenSSH client config (default: ~/.ssh/config)")
+    run.add_argument("--known-hosts", type=Path, metavar="FILE", help="extra known_hosts file")
+    run.add_argument("--accept-new-host-keys", action="store_true",
+                     help="accept host keys not in known_hosts (default: reject them)")
+    run.add_argument("--parallel", type=_positive(int), default=64, help="hosts probed at once (default 64)")
+    run.add_argument("--timeout", type=_positive(float), default=30.0, help="seconds per probe (default 30)")
+    run.add_argument("--connect-timeout", type=_positive(float), default=10.0, help="seconds to connect (default 10)")
+    run.add_argument("--run-id", help="name of the run directory (default: timestamp)")
+    _common_analysis_options(run)
+    _active_test_options(run)
+
+    an = sub.add_parser("analyze", help="judge a saved bundle (or run directory) offline")
+    an.add_argument("bundle", type=Path, help="a bundle directory, or a run directory holding bundle/")
+    _common_analysis_options(an)
+
+    ch = sub.add_parser("checks", help="list the checks and the probes they need")
+    ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
+
+    ex = sub.add_parser("explain", help="what a cause means, what points to it, what to do")
+    ex.add_argument("cause", nargs="?", help="a cause id, e.g. nic-fw-driver-mismatch")
+    ex.add_argument("--list", action="store_true", help="list every cause id with its title")
+
+    df = sub.add_parser("diff", help="what got worse or better between two runs (exit 1 if anything got worse)")
+    df.add_argument("old", type=Path, help="the earlier run directory or its report.json")
+    df.add_argument("new", type=Path, help="the later run directory or its report.json")
+
+    from preflight.soak import controller as soak_controller
+
+    soak_controller.add_parser(sub)
+    return parser
+
+
+def _load_checks(args):
+    checks = load_checks(args.checks_dir)
+    wanted = [c.strip() for c in args.checks.split(",") if c.strip()] if getattr(args, "checks", None) else None
+    return select(checks, wanted)
+
+
+def _load_profiles(args):
+    profiles = load_profiles(args.profile_file)
+    if args.profile and args.profile not in profiles:
+        raise UsageError(f"--profile: unknown profile {args.profile!r}; known: {', '.join(sorted(profiles))}")
+    return profiles
+
+
+def cmd_checks(args, console: Console) -> int:
+    for c in load_checks(args.checks_dir):
+        console.print(f"[bold]{c.id}[/] ({c.scope}) {c.summary}\n    probes: {', '.join(c.probes)}",
+                      highlight=False)
+    return EXIT_OK
+
+
+def run_request(args):
+    """Everything ``run`` decides before it touches a host, from its parsed options: inventory,
+    checks, profiles, SSH and probe settings, the run directory. Bad input raises one of
+    ``INPUT_ERRORS`` here, before anything runs. The pytest plugin builds its runs with this
+    too, so both read the same options the same way."""
+    from preflight.collect.nccl_probe import NcclOptions
+    from preflight.collect.probes import PROBES
+    from preflight.app.run import RunRequest, new_run_id, probes_for
+
+    if args.hosts:
+        hosts = load_hosts_file(args.hosts)
+    elif args.host_list:
+        hosts = parse_host_list(args.host_list)
+    else:
+        hosts = []
+    checks = _load_checks(args)
+    if args.quick:
+        checks = [c for c in checks if not all(p in PROBES and PROBES[p].active for p in c.probes)]
+    profiles = _load_profiles(args)
+    kb = load_knowledge()
+    run_id = args.run_id or new_run_id()
+    if "/" in run_id or run_id in (".", ".."):
+        raise UsageError(f"--run-id: {run_id!r} must be a plain directory name")
+    if (args.out / run_id).exists():
+        raise UsageError(f"--run-id: {args.out / run_id} already exists; choose another id")
+    ssh = SshOptions(args.user, args.port, args.identity, args.ssh_config, args.known_hosts,
+                     args.accept_new_host_keys, args.connect_timeout)
+    for path, opt in ((args.identity, "--identity"), (args.ssh_config, "--ssh-config"), (args.known_hosts, "--known-hosts")):
+        if path and not path.is_file():
+            raise UsageError(f"{opt}: {path}: no such file")
+    nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir)
+    plan = ExecPlan(probes_for(checks, nccl), args.timeout, args.parallel, ssh)
+    multinode = None
+    if getattr(args, "nccl_multinode", False):
+        from preflight.collect.multinode import NODE_DIR, MultinodeOptions
+
+        if args.quick or not hosts:
+            raise UsageError("--nccl-multinode runs across --hosts and is an active test: not with "
+                             + ("--quick" if args.quick else "--local"))
+        if any(c.id == "nccl-multinode" for c in checks):
+            multinode = MultinodeOptions.from_nccl(nccl, args.nccl_node_dir or NODE_DIR)
+    return RunRequest(hosts, checks, profiles, kb, plan, args.out, run_id, args.profile,
+                      html=getattr(args, "html", True), multinode=multinode)
+
+
+def cmd_run(args, console: Console) -> int:
+    from preflight.app.run import execute
+
+    baseline = _report_inputs(args)
+    req = run_request(args)
+    hosts = req.hosts
+    if args.quiet or not console.is_terminal:
+        run_dir, analysis = execute(req)
+    else:
+        from rich.progress import Progress
+
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task("probing hosts", total=max(1, len(hosts)))
+            run_dir, analysis = execute(req, lambda host, done, total: bar.update(task, completed=done))
+    if not args.quiet:
+        terminal.show(analysis, console, str(run_dir))
+    _report_extras(args, run_dir, analysis, baseline, console)
+    return EXIT_FAILED if analysis.failed else EXIT_OK
+
+
+def analyze_saved(args):
+    """``analyze`` without the terminal: judge the saved bundle, write the reports; return the
+    report directory and the analysis (shared with the pytest plugin)."""
+    from preflight.diagnose.analysis import analyze
+    from preflight.app.run import write_reports
+
+    root = args.bundle
+    if (root / "bundle" / "bundle.json").is_file():
+        root = root / "bundle"
+    run_id = "analyze-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    out = args.out / run_id
+    if (root / "soak.json").is_file() and not (root / "bundle.json").is_file():
+        return out, _analyze_soak(root, out, args)
+    bundle = read_bundle(root)
+    checks = _load_checks(args)
+    profiles = _load_profiles(args)
+    analysis = analyze(bundle, checks, profiles, load_knowledge(), args.profile)
+    analysis.meta.update({"run_id": run_id, "created": bundle.created, "preflight_version": __version__,
+                          "bundle": str(root.resolve())})
+    write_reports(out, analysis, getattr(args, "html", True))
+    return out, analysis
+
+
+def _analyze_soak(soak_dir: Path, out: Path, args):
+    """A preflight-soak/1 directory: judged by the soak analysis, reported like a bundle."""
+    from preflight.app.run import write_reports
+    from preflight.soak.data import SoakDataError
+    from preflight.soak.judge import judge_soak
+
+    try:
+        analysis = judge_soak(soak_dir, load_knowledge(), plots_dir=out / "plots")
+    except SoakDataError as exc:
+        raise UsageError(str(exc)) from None
+    analysis.meta.update({"run_id": out.name, "preflight_version": __version__, "soak_dir": str(soak_dir.resolve())})
+    write_reports(out, analysis, getattr(args, "html", True))
+    return analysis
+
+
+def cmd_analyze(args, console: Console) -> int:
+    baseline = _report_inputs(args)
+    out, analysis = analyze_saved(args)
+    if not args.quiet:
+        terminal.show(analysis, console, str(out))
+    _report_extras(args, out, analysis, baseline, console)
+    return EXIT_FAILED if analysis.failed else EXIT_OK
+
+
+def _report_inputs(args) -> dict | None:
+    """Check the report options before anything runs; return the baseline report, if any."""
+    from preflight.report.diff import ReportError, load_report
+
+    if args.prometheus and not args.prometheus.parent.is_dir():
+        raise UsageError(f"--prometheus: {args.prometheus.parent}: no such directory")
+    if args.baseline is None:
+        return None
+    try:
+        return load_report(args.baseline)
+    except ReportError as exc:
+        raise UsageError(f"--baseline: {exc}") from None
+
+
+def _report_extras(args, run_dir: Path, analysis, baseline: dict | None, console: Console) -> None:
+    from preflight.report import diff, json_report, prometheus
+    from preflight.app.run import write_atomic
+
+    if args.prometheus:
+        write_atomic(args.prometheus, prometheus.render(analysis))
+    if baseline is not None:
+        text = diff.render(diff.diff_reports(baseline, json_report.to_dict(analysis)))
+        write_atomic(run_dir / "diff.md", text)
+        if not args.quiet:
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def cmd_explain(args, console: Console) -> int:
+    from preflight.diagnose.explain import UnknownCause, explain, list_causes
+
+    kb = load_knowledge()
+    try:
+        text = explain(args.cause, kb) if args.cause and not args.list else list_causes(kb)
+    except UnknownCause as exc:
+        raise UsageError(str(exc)) from None
+    console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
+def cmd_diff(args, console: Console) -> int:
+    from preflight.report.diff import ReportError, diff_reports, load_report, render
+
+    try:
+        old, new = load_report(args.old), load_report(args.new)
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
+    result = diff_reports(old, new)
+    console.print(render(result), end="", markup=False, highlight=False, soft_wrap=True)
+    return EXIT_FAILED if result.worse else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    console = Console()
+    err = Console(stderr=True)
+    from preflight.soak.controller import cmd_soak
+
+    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "soak": cmd_soak,
+                "explain": cmd_explain, "diff": cmd_diff}
+    try:
+        return handlers[args.command](args, console)
+    except INPUT_ERRORS as exc:
+        err.print(f"preflight: error: {exc}", highlight=False, markup=False)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        err.print("preflight: interrupted; the evidence saved so far is in the run's bundle/ directory")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

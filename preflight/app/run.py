@@ -1,0 +1,132 @@
+"""One ``preflight run``: probes out to the hosts, evidence into a bundle, then the judgement.
+
+The bundle is written as results arrive and the analysis reads only the bundle, so what a
+run decides is exactly what ``preflight analyze`` on its bundle decides, and a run that dies
+half-way still leaves evidence to analyse.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from preflight import __version__
+from preflight.diagnose.analysis import analyze
+from preflight.model import Analysis
+from preflight.evidence.bundle import BundleWriter, read_bundle
+from preflight.diagnose.engine import KnowledgeBase
+from preflight.collect.executor import ExecPlan, run_fleet, run_local
+from preflight.model import Host, ProbeResult
+from preflight.collect.multinode import MultinodeOptions, run_multinode
+from preflight.collect.nccl_probe import PROBE_ID as NCCL_PROBE_ID
+from preflight.collect.nccl_probe import NcclOptions, with_options
+from preflight.judge.loader import CheckLoadError
+from preflight.model import Check
+from preflight.collect.probes import PROBES, Probe
+from preflight.knowledge.profiles import Profile
+from preflight.report import html as html_report
+from preflight.report import json_report, junit, markdown
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def local_host_name() -> str:
+    # The bundle stores it as a directory name; keep what a host name may hold.
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", socket.gethostname()) or "localhost"
+
+
+def probes_for(checks: list[Check], options: NcclOptions | None = None) -> tuple[Probe, ...]:
+    """Every probe the selected checks read, once, in catalogue order; the nccl probe built
+    with the run's options (the defaults when None)."""
+    wanted = {p for c in checks for p in c.probes}
+    unknown = sorted(wanted - PROBES.keys())
+    if unknown:
+        raise CheckLoadError(f"checks need unknown probe(s): {', '.join(unknown)}")
+    nccl = options or NcclOptions()
+    return tuple(with_options(p, nccl) if pid == NCCL_PROBE_ID else p
+                 for pid, p in PROBES.items() if pid in wanted)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    hosts: list[Host]  # empty: this machine, without SSH
+    checks: list[Check]
+    profiles: dict[str, Profile]
+    kb: KnowledgeBase
+    plan: ExecPlan
+    out_dir: Path
+    run_id: str
+    forced_profile: str | None = None
+    html: bool = True  # write report.html beside the other reports
+    multinode: MultinodeOptions | None = None  # --nccl-multinode: the stage after the per-host probes
+
+
+def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = None) -> tuple[Path, Analysis]:
+    """Run, save, analyse, write the reports; return the run directory and the analysis."""
+    run_dir = req.out_dir / req.run_id
+    bundle_dir = run_dir / "bundle"
+    local = not req.hosts
+    names = [local_host_name()] if local else [h.name for h in req.hosts]
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    writer = BundleWriter(bundle_dir, names, created,
+                          {"run_id": req.run_id, "preflight_version": __version__,
+                           "probes": [p.id for p in req.plan.probes], "local": local})
+
+    done_per_host: dict[str, int] = {}
+    lock = threading.Lock()
+    total = len(req.plan.probes)
+
+    def on_result(result: ProbeResult) -> None:
+        writer.add(result)
+        with lock:
+            done_per_host[result.host] = done_per_host.get(result.host, 0) + 1
+            finished = sum(1 for n in done_per_host.values() if n >= total)
+        if progress:
+            progress(result.host, finished, len(names))
+
+    if local:
+        run_local(req.plan, on_result, names[0])
+    else:
+        run_fleet(req.hosts, req.plan, on_result)
+        if req.multinode:
+            run_multinode(req.hosts, bundle_dir, writer.add, req.plan.ssh, req.multinode, req.run_id)
+
+    analysis = analyze(read_bundle(bundle_dir), req.checks, req.profiles, req.kb, req.forced_profile)
+    analysis.meta.update({"run_id": req.run_id, "created": created, "preflight_version": __version__,
+                          "bundle": "bundle"})
+    write_reports(run_dir, analysis, req.html)
+    return run_dir, analysis
+
+
+def write_reports(run_dir: Path, analysis: Analysis, html: bool = True) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    writers = [("report.json", json_report.render), ("report.md", markdown.render), ("junit.xml", junit.render)]
+    if html:
+        plots = soak_plot_bytes(run_dir, analysis.meta.get("soak_plots") or {})
+        writers.append(("report.html", lambda a: html_report.render(a, plots)))
+    for name, render in writers:
+        write_atomic(run_dir / name, render(analysis))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Readers (node_exporter, a browser, CI) never see a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def soak_plot_bytes(run_dir: Path, named: dict[str, str]) -> dict[str, bytes]:
+    """The PNGs named by ``analysis.meta["soak_plots"]`` (host -> path relative to the run
+    directory, as ``preflight.soak.plots.plot_soak`` wrote them), for embedding in report.html;
+    one that is gone is left out rather than failing the reports."""
+    return {host: (run_dir / rel).read_bytes() for host, rel in named.items() if (run_dir / rel).is_file()}

@@ -1,0 +1,129 @@
+"""Bundle in, verdicts out: profiles chosen, checks run, findings diagnosed.
+
+This is the whole judgement, and it reads nothing but the bundle: ``preflight run`` calls it
+on the bundle it just wrote, ``preflight analyze`` on one saved earlier, so the two always
+agree. A check that raises never takes the analysis down: it becomes an ERROR finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from preflight.check import Outcome
+from preflight.evidence.bundle import Bundle, host_reachability
+from preflight.judge.context import EvidenceMissing, FleetContext, HostContext
+from preflight.knowledge.profiles import GENERIC, Profile, detect
+from preflight.model import Check, Evidence, Finding, HostVerdict, Status, worst
+
+CONNECTIVITY = "connectivity"
+PROBES = "probes"
+
+
+def judge(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile],
+          forced_profile: str | None = None) -> tuple[dict[str, HostVerdict], list[Finding]]:
+    """Per-host verdicts and every finding, from the bundle alone."""
+    findings: list[Finding] = []
+    contexts: dict[str, HostContext] = {}
+    verdict_profile: dict[str, Profile] = {}
+
+    for host in bundle.hosts:
+        reachable, why = host_reachability(bundle, host)
+        if not reachable:
+            # No record at all means the run stopped before this host (the controller died):
+            # that says nothing about the host, unlike a connection that failed.
+            recorded = bool(bundle.probes_of(host))
+            symptom, short = ("host-unreachable", "host unreachable") if recorded else ("run-incomplete", "no evidence")
+            findings.append(Finding(CONNECTIVITY, host, Status.ERROR, f"not checked: {why}", (symptom,)))
+            findings.extend(Finding(c.id, host, Status.ERROR, f"not checked: {short}")
+                            for c in checks if c.scope == "host")
+            verdict_profile[host] = profiles[GENERIC].chosen(short)
+            continue
+        ctx = HostContext(host, bundle.probes_of(host), profiles[GENERIC])
+        ctx.profile = _profile_for(ctx, profiles, forced_profile)
+        verdict_profile[host] = ctx.profile
+        contexts[host] = ctx
+        findings.append(Finding(CONNECTIVITY, host, Status.PASS, "connected"))
+        findings.append(_probe_health(ctx, bundle.header.get("probes") or []))
+        for check in checks:
+            if check.scope == "host":
+                findings.extend(_run_host_check(check, ctx))
+
+    fleet = FleetContext(contexts, bundle.fleet)
+    for check in checks:
+        if check.scope == "fleet":
+            findings.extend(_run_fleet_check(check, fleet))
+
+    hosts = {}
+    for host in bundle.hosts:
+        mine = [f.status for f in findings if f.host == host]
+        status = worst(mine)
+        reachable = host in contexts
+        hosts[host] = HostVerdict(
+            "pass" if status in (Status.PASS, Status.SKIP) else status.value,
+            reachable, verdict_profile[host].id, verdict_profile[host].why,
+        )
+    return hosts, findings
+
+
+def _probe_health(ctx: HostContext, planned: list[str]) -> Finding:
+    """A probe that hung is a symptom in itself (nvidia-smi stuck in the driver), even where
+    a check could judge from another probe, so it is reported once per host here; so are
+    probes the run planned but never recorded (the controller died before reaching them)."""
+    hung = [r for r in ctx.probes.values() if r.timed_out]
+    lost = [p for p in planned if p not in ctx.probes]
+    if not hung and not lost:
+        return Finding(PROBES, ctx.name, Status.PASS, f"{len(ctx.probes)} probes finished in time")
+    parts, symptoms = [], []
+    if hung:
+        names = ", ".join(f"{' '.join(r.command) or r.probe} ({r.duration_s}s)" for r in hung)
+        parts.append(f"{len(hung)} probe(s) hung and were stopped: {names}")
+        symptoms.append("probe-timeout")
+    if lost:
+        parts.append(f"{len(lost)} planned probe(s) never recorded (the run stopped early?): {', '.join(lost)}")
+    return Finding(PROBES, ctx.name, Status.WARN, "; ".join(parts), tuple(symptoms),
+                   tuple(Evidence(r.probe, (r.text.strip()[-300:] or "(no output)")) for r in hung[:3]))
+
+
+def _profile_for(ctx: HostContext, profiles: dict[str, Profile], forced: str | None) -> Profile:
+    if forced:
+        return profiles[forced].chosen("chosen with --profile")
+    try:
+        names = [g.name for g in ctx.smi.gpus if g.name]
+    except EvidenceMissing:
+        names = []
+    return detect(profiles, names)
+
+
+def _as_outcomes(returned) -> Iterable[Outcome]:
+    if returned is None:
+        return []
+    if isinstance(returned, Outcome):
+        return [returned]
+    return list(returned)
+
+
+def _finding(check: Check, host: str | None, o: Outcome) -> Finding:
+    return Finding(check.id, o.host or host, o.status, o.summary, o.symptoms, o.evidence, o.data, o.action)
+
+
+def _run_host_check(check: Check, ctx: HostContext) -> list[Finding]:
+    try:
+        outcomes = _as_outcomes(check.func(ctx))
+    except EvidenceMissing as exc:
+        if not exc.collected:
+            return [Finding(check.id, ctx.name, Status.SKIP, f"not judged: {exc}")]
+        return [Finding(check.id, ctx.name, Status.ERROR, f"cannot judge: {exc}", exc.symptoms, exc.evidence)]
+    except Exception as exc:  # noqa: BLE001 - a broken check is reported, not fatal
+        return [Finding(check.id, ctx.name, Status.ERROR,
+                        f"check crashed: {type(exc).__name__}: {exc} ({check.origin})", ("check-crashed",))]
+    if not outcomes:
+        return [Finding(check.id, ctx.name, Status.SKIP, "nothing to check")]
+    return [_finding(check, ctx.name, o) for o in outcomes]
+
+
+def _run_fleet_check(check: Check, fleet: FleetContext) -> list[Finding]:
+    try:
+        return [_finding(check, None, o) for o in _as_outcomes(check.func(fleet))]
+    except Exception as exc:  # noqa: BLE001
+        return [Finding(check.id, None, Status.ERROR,
+                        f"check crashed: {type(exc).__name__}: {exc} ({check.origin})", ("check-crashed",))]

@@ -1,0 +1,274 @@
+"""Every parsed fact a check can read, declared once with the probes it comes from.
+
+A fact is a function of a ``HostContext`` marked with ``@fact(name, probes=..., needs=...)``:
+``probes`` are the raw outputs it parses, ``needs`` the other facts it builds on. A check
+names the facts it reads (``@host_check(..., facts=["smi"])``) and the run derives from this
+table which probes to collect, so no probe list is written twice. Adding a tool's evidence
+is a probe (``preflight.collect.probes``), a parser (``preflight.parse``) and a fact here.
+
+A fact whose evidence is missing or unreadable raises ``EvidenceMissing``; the analysis turns
+that into the check's ERROR (or SKIP, when the bundle never held the probe) with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from preflight.collect.nccl_probe import PROBE_ID as NCCL_PROBE
+from preflight.collect.nccl_probe import parse_probe_output
+from preflight.judge.missing import EvidenceMissing, why_missing
+from preflight.knowledge import nic_matrix
+from preflight.model import Evidence
+from preflight.parse import ParseError, ibverbs, kernel_log, lspci, mlnx, nvidia_smi, nvlink, topo, versions
+
+if TYPE_CHECKING:  # the context reads this table; facts only receive contexts
+    from preflight.judge.context import HostContext
+
+
+@dataclass(frozen=True)
+class Fact:
+    name: str
+    probes: tuple[str, ...]  # read directly, in order of preference
+    needs: tuple[str, ...]  # facts it builds on
+    derive: Callable[[HostContext], Any]
+    doc: str
+
+
+FACTS: dict[str, Fact] = {}
+
+
+def fact(name: str, *, probes: Iterable[str] = (), needs: Iterable[str] = ()):
+    def declare(derive: Callable[[HostContext], Any]) -> Callable[[HostContext], Any]:
+        if name in FACTS:
+            raise ValueError(f"fact {name!r} declared twice")
+        doc = (derive.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        FACTS[name] = Fact(name, tuple(probes), tuple(needs), derive, doc)
+        return derive
+
+    return declare
+
+
+def probes_of(names: Iterable[str]) -> set[str]:
+    """Every probe behind these facts, through the facts they need. Unknown names: KeyError."""
+    seen: set[str] = set()
+    probes: set[str] = set()
+    stack = list(names)
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        f = FACTS[name]
+        probes.update(f.probes)
+        stack.extend(f.needs)
+    return probes
+
+
+def _parsed(ctx: HostContext, parse: Callable[[str], Any], *probes: str) -> tuple[str, Any]:
+    probe, text = ctx.first_text(*probes)
+    return probe, _read(probe, text, parse)
+
+
+def _read(probe: str, text: str, parse: Callable[[str], Any]) -> Any:
+    try:
+        return parse(text)
+    except ParseError as exc:
+        raise EvidenceMissing(f"{probe}: unreadable output ({exc})", ("probe-unreadable",),
+                              (Evidence(probe, text.strip()[:300]),)) from None
+
+
+def _strongest(failures: list[EvidenceMissing]) -> EvidenceMissing:
+    # A probe that ran and failed says more than one the bundle never held.
+    return max(failures, key=lambda e: (e.collected, len(e.symptoms)))
+
+
+# ---- GPUs ------------------------------------------------------------------------------
+
+@fact("smi_evidence", probes=("nvidia-smi-q-x", "nvidia-smi-q"))
+def _smi_evidence(ctx: HostContext) -> tuple[str, nvidia_smi.SmiReport]:
+    """(probe, SmiReport): the XML probe, else the text one."""
+    probe, text = ctx.first_text("nvidia-smi-q-x", "nvidia-smi-q")
+    parse = nvidia_smi.parse_smi_xml if probe == "nvidia-smi-q-x" else nvidia_smi.parse_smi_text
+    return probe, _read(probe, text, parse)
+
+
+@fact("smi", needs=("smi_evidence",))
+def _smi(ctx: HostContext) -> nvidia_smi.SmiReport:
+    """GPU inventory and health (``SmiReport``), from ``nvidia-smi -q -x``, else ``-q``."""
+    return ctx.smi_evidence[1]
+
+
+@fact("smi_probe", needs=("smi_evidence",))
+def _smi_probe(ctx: HostContext) -> str:
+    """Which probe the ``smi`` fact came from, for evidence excerpts."""
+    return ctx.smi_evidence[0]
+
+
+@fact("topo", probes=("nvidia-smi-topo",))
+def _topo(ctx: HostContext) -> topo.TopoMatrix:
+    """``TopoMatrix`` from ``nvidia-smi topo -m``."""
+    return _parsed(ctx, topo.parse_topo, "nvidia-smi-topo")[1]
+
+
+@fact("nvlink_status", probes=("nvidia-smi-nvlink-status",))
+def _nvlink_status(ctx: HostContext) -> nvlink.NvlinkStatus:
+    """``NvlinkStatus`` from ``nvidia-smi nvlink --status``."""
+    return _parsed(ctx, nvlink.parse_nvlink_status, "nvidia-smi-nvlink-status")[1]
+
+
+@fact("nvlink_errors", probes=("nvidia-smi-nvlink-errors",))
+def _nvlink_errors(ctx: HostContext) -> nvlink.NvlinkErrors:
+    """``NvlinkErrors`` from ``nvidia-smi nvlink -e``."""
+    return _parsed(ctx, nvlink.parse_nvlink_errors, "nvidia-smi-nvlink-errors")[1]
+
+
+@fact("lspci", probes=("lspci",))
+def _lspci(ctx: HostContext):
+    """PCI devices with link capability and status, from ``lspci -vvv``."""
+    return _parsed(ctx, lspci.parse_lspci, "lspci")[1]
+
+
+@fact("kernel_log", probes=("kernel-log",))
+def _kernel_log(ctx: HostContext) -> kernel_log.KernelLog:
+    """``KernelLog`` (Xid/SXid, GSP, mlx5, PCIe events) from ``dmesg`` / ``journalctl -k``."""
+    return _parsed(ctx, kernel_log.parse_kernel_log, "kernel-log")[1]
+
+
+@fact("nccl", probes=(NCCL_PROBE,))
+def _nccl(ctx: HostContext):
+    """``NcclProbeOutput`` (repetitions, their runs, NCCL log signatures) of the nccl-all-reduce
+    probe. Output its overall timeout cut short is still read: up to the cut, it is the
+    evidence of a hang."""
+    r = ctx.result(NCCL_PROBE)
+    if r is not None and r.tool_missing:
+        # The command is `sh -c SCRIPT`: say what the script found missing, not "sh".
+        said = r.stderr.strip().splitlines()
+        raise EvidenceMissing(
+            said[-1] if said else "neither all_reduce_perf nor python3 with torch on the node",
+            ("tool-missing",), (Evidence(NCCL_PROBE, r.stderr.strip()[-300:] or f"exit {r.exit_code}"),))
+    if r is not None and r.timed_out and r.stdout:
+        try:
+            return parse_probe_output(r.text, cut_off=True)
+        except ParseError:
+            raise why_missing(r, NCCL_PROBE) from None
+    return _parsed(ctx, parse_probe_output, NCCL_PROBE)[1]
+
+
+# ---- NICs ------------------------------------------------------------------------------
+
+_IB_SOURCES = (("ibv-devinfo", ibverbs.parse_ibv_devinfo), ("ibstat", ibverbs.parse_ibstat),
+               ("ib-sysfs", ibverbs.parse_ib_sysfs))
+
+
+@fact("ib_evidence", probes=tuple(p for p, _ in _IB_SOURCES))
+def _ib_evidence(ctx: HostContext) -> tuple[str, ibverbs.IbInventory]:
+    """(probe, IbInventory) from the first of ibv_devinfo, ibstat, sysfs that reads."""
+    failures: list[EvidenceMissing] = []
+    unreadable: list[str] = []
+    for probe, parse in _IB_SOURCES:
+        r = ctx.result(probe)
+        # ibv_devinfo exits 255 on a node without RDMA devices but says so (on stderr): an answer.
+        if probe == "ibv-devinfo" and r is not None and "No IB devices found" in r.text + r.stderr:
+            return probe, ibverbs.IbInventory((), ("ibv_devinfo: No IB devices found",), "ibv_devinfo")
+        # The sysfs probe's glob matches nothing when no RDMA device exists.
+        if probe == "ib-sysfs" and r is not None and r.ok and not r.text.strip():
+            return probe, ibverbs.IbInventory((), ("/sys/class/infiniband holds no device",), "sysfs")
+        try:
+            inventory = _parsed(ctx, parse, probe)[1]
+        except EvidenceMissing as exc:
+            failures.append(exc)
+            if "probe-unreadable" in exc.symptoms:
+                unreadable.append(str(exc))
+            continue
+        if unreadable:
+            inventory = replace(inventory, notes=inventory.notes + tuple(
+                f"{u}; read {probe} instead" for u in unreadable))
+        return probe, inventory
+    raise _strongest(failures)
+
+
+@fact("ib", needs=("ib_evidence",))
+def _ib(ctx: HostContext) -> ibverbs.IbInventory:
+    """RDMA devices and ports (``IbInventory``) from ``ibv_devinfo -v``, else ``ibstat``, else
+    sysfs; an earlier source that was there but unreadable is named in its ``notes``."""
+    return ctx.ib_evidence[1]
+
+
+@fact("ib_probe", needs=("ib_evidence",))
+def _ib_probe(ctx: HostContext) -> str:
+    """Which probe the ``ib`` fact came from: ibv-devinfo, else ibstat, else ib-sysfs."""
+    return ctx.ib_evidence[0]
+
+
+@fact("ethtool", probes=("ethtool-i",))
+def _ethtool(ctx: HostContext):
+    """``EthtoolInfo`` per mlx5 netdev, from the ``ethtool-i`` probe."""
+    return _parsed(ctx, mlnx.parse_ethtool_i, "ethtool-i")[1]
+
+
+@fact("mlx5_modinfo", probes=("mlx5-modinfo",))
+def _mlx5_modinfo(ctx: HostContext) -> mlnx.ModInfo:
+    """``ModInfo`` of ``modinfo mlx5_core``."""
+    return _parsed(ctx, mlnx.parse_modinfo, "mlx5-modinfo")[1]
+
+
+@fact("ofed_info", probes=("ofed-info",))
+def _ofed_info(ctx: HostContext) -> mlnx.OfedInfo:
+    """``OfedInfo`` of ``ofed_info -s`` (absent on inbox-driver hosts)."""
+    return _parsed(ctx, mlnx.parse_ofed_info, "ofed-info")[1]
+
+
+@fact("mlxfwmanager", probes=("mlxfwmanager",))
+def _mlxfwmanager(ctx: HostContext):
+    """``FirmwareQuery`` of ``mlxfwmanager --query`` (most hosts lack the tool)."""
+    return _parsed(ctx, mlnx.parse_mlxfwmanager, "mlxfwmanager")[1]
+
+
+@fact("driver_release", needs=("ethtool", "mlx5_modinfo", "ofed_info"))
+def _driver_release(ctx: HostContext) -> versions.DriverRelease:
+    """The mlx5 driver the node runs (``DriverRelease``), from whichever of ethtool -i, modinfo
+    and ofed_info is there; never missing: with none of them its flavour is ``unknown``."""
+    infos = ctx.optional("ethtool") or ()
+    ethtool = next((i for i in infos if i.driver == "mlx5_core"), infos[0] if infos else None)
+    modinfo = ctx.optional("mlx5_modinfo")
+    if modinfo is not None and modinfo.name not in (None, "mlx5_core"):
+        modinfo = None  # another module's modinfo says nothing about mlx5
+    return versions.driver_release(modinfo, ctx.optional("ofed_info"), ethtool)
+
+
+@fact("nic_matrix")
+def _nic_matrix(ctx: HostContext) -> nic_matrix.NicMatrix:
+    """The NIC firmware matrix with the profile's ``nic.policy_file`` (a path relative to the
+    profile's own file) merged over it."""
+    policy = ctx.profile.get("nic.policy_file")
+    if policy and not Path(policy).is_absolute() and ctx.profile.source_file:
+        policy = str(Path(ctx.profile.source_file).parent / policy)
+    try:
+        return nic_matrix.load_matrix(policy or None)
+    except nic_matrix.NicMatrixError as exc:
+        raise EvidenceMissing(f"NIC firmware policy of profile {ctx.profile.id}: {exc}") from None
+
+
+@fact("nics", needs=("ib", "ib_probe", "ethtool", "mlxfwmanager", "nic_matrix"))
+def _nics(ctx: HostContext):
+    """``Nic`` records (preflight.knowledge.nic_matrix): firmware and adapter family of every
+    ConnectX, from the ``ib`` fact, else ``ethtool -i``, else ``mlxfwmanager``."""
+    matrix = ctx.nic_matrix
+    sources = (("ib", lambda v: nic_matrix.nics_from_ib(matrix, v, ctx.ib_probe)),
+               ("ethtool", lambda v: nic_matrix.nics_from_ethtool(matrix, v)),
+               ("mlxfwmanager", lambda v: nic_matrix.nics_from_fwquery(matrix, v)))
+    failures: list[EvidenceMissing] = []
+    for name, build in sources:
+        try:
+            found = build(getattr(ctx, name))
+        except EvidenceMissing as exc:
+            failures.append(exc)
+            continue
+        if found:
+            return found
+    if len(failures) == len(sources):
+        raise _strongest(failures)
+    return ()

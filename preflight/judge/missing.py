@@ -1,0 +1,42 @@
+"""Why a fact cannot be had: ``EvidenceMissing`` and the reason read from a probe's record."""
+
+from __future__ import annotations
+
+from preflight.model import Evidence, ProbeResult
+
+
+class EvidenceMissing(Exception):
+    """A fact cannot be had from the evidence; ``symptoms`` say why, for the diagnosis."""
+
+    def __init__(self, message: str, symptoms: tuple[str, ...] = (), evidence: tuple[Evidence, ...] = (),
+                 collected: bool = True):
+        super().__init__(message)
+        self.symptoms = symptoms
+        self.evidence = evidence
+        # False when the bundle simply has no record of the probe (a bundle assembled by hand,
+        # or a run that selected other checks): nothing went wrong on the node, so the check
+        # is not applicable rather than in error. A live run records every probe it starts.
+        self.collected = collected
+
+
+def why_missing(result: ProbeResult | None, probe: str) -> EvidenceMissing:
+    if result is None:
+        return EvidenceMissing(f"{probe} not collected in this bundle", collected=False)
+    command = " ".join(result.command) or probe
+    if result.error:
+        return EvidenceMissing(f"{probe}: {result.error}")
+    if result.tool_missing:
+        tool = result.command[0] if result.command else probe
+        return EvidenceMissing(
+            f"{tool} is not installed (or not on PATH)", ("tool-missing",),
+            (Evidence(probe, result.stderr.strip()[-300:] or f"{command}: exit {result.exit_code}"),),
+        )
+    if result.timed_out:
+        return EvidenceMissing(
+            f"{command} did not finish within its timeout ({result.duration_s}s)", ("probe-timeout",),
+            (Evidence(probe, (result.text.strip()[-300:] or "(no output)")),),
+        )
+    return EvidenceMissing(
+        f"{command} failed with exit code {result.exit_code}", ("probe-failed",),
+        (Evidence(probe, (result.stderr.strip() or result.text.strip())[-300:] or "(no output)"),),
+    )
