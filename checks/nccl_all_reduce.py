@@ -1,6 +1,6 @@
 """nccl all_reduce on one node: does it finish, are its results right, is it steady, is it fast.
 
-Input: the nccl-all-reduce probe (preflight/collect/nccl_probe.py), all_reduce_perf (or its torch
+Input: the nccl-all-reduce probe (preflight/collect/nccl.py), all_reduce_perf (or its torch
 fallback) run several times, each repetition closed by a marker with its exit code. Plain
 all_reduce_perf output saved without markers is judged too, each run counting as a repetition.
 
@@ -44,7 +44,8 @@ from collections import Counter
 from statistics import mean, median, stdev
 
 from preflight.model import Evidence
-from preflight.collect.nccl_probe import PROBE_ID, NcclProbeOutput, Repetition
+from preflight.collect.nccl import PROBE_ID
+from preflight.parse.nccl_probe import NcclProbeOutput, Repetition
 from preflight.parse.nccl_tests import NcclRow, NcclRun, largest_row
 from preflight.check import error, fail, host_check, ok, skip, warn
 

@@ -52,7 +52,7 @@ from preflight.collect.multinode import (
     single_node_failed,
     suspects,
 )
-from preflight.collect.nccl_probe import PROBE_ID as SINGLE_NODE_PROBE
+from preflight.collect.nccl import PROBE_ID as SINGLE_NODE_PROBE
 from preflight.parse.nccl_tests import NcclRun, largest_row
 from preflight.check import error, fail, fleet_check, ok, skip, warn
 

@@ -2,7 +2,7 @@
 
 ``healthy_h200(name)`` is a ``SimHost`` (tests/simcluster.py) that answers every command line a
 default ``preflight run`` sends (preflight/collect/probes.py, and the nccl probe's script in
-preflight/collect/nccl_probe.py) as one coherent HGX H200 node: 8 x H200 on driver 580.159.04 with the
+preflight/collect/nccl.py) as one coherent HGX H200 node: 8 x H200 on driver 580.159.04 with the
 NVSwitch fabric registered, NV18 between every GPU pair, 18 NVLinks per GPU at 26.562 GB/s with
 zero error counters, 8 ConnectX-7 NDR 400G ports Active on DOCA 3.1.0 with the 28.46.1006
 firmware that release ships (playbooks/nic_firmware.yaml, DOCA 3.1.0 row), GPUs and NICs at
@@ -75,7 +75,7 @@ NIC_BUSES = ["17", "29", "39", "5c", "99", "aa", "b9", "da"]
 
 
 def all_reduce_command(max_bytes: int = 8 << 30) -> str:
-    """The line the nccl probe runs all_reduce_perf with on 8 GPUs (preflight/collect/nccl_probe.py SCRIPT)."""
+    """The line the nccl probe runs all_reduce_perf with on 8 GPUs (preflight/collect/nccl.py SCRIPT)."""
     return f"all_reduce_perf -b 8 -e {max_bytes} -f 2 -g 8 -c 1 -n 20"
 
 

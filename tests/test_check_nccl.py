@@ -23,19 +23,13 @@ from preflight.app.cli import main
 from preflight.judge.context import HostContext
 from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Finding, Status
-from preflight.collect.nccl_probe import (
-    FALLBACK_SOURCE,
-    PROBE_ID,
-    NcclOptions,
-    parse_probe_output,
-    parse_size,
-    probe_timeout,
-    with_options,
-)
+from preflight.collect.nccl import FALLBACK_SOURCE, PROBE_ID, NcclOptions, parse_size, probe_timeout, with_options
+from preflight.parse.nccl_probe import parse_probe_output
 from preflight.judge.loader import load_checks
 from preflight.collect.probes import PROBES
 from preflight.knowledge.profiles import Profile
 from preflight.app.run import probes_for
+from preflight.collect.ssh import remote_command
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 A100 = (CORPUS / "nccl-tests" / "a100-sxm4-40gb-8gpu-allreduce-old-format-validation0.txt").read_text()
@@ -322,11 +316,11 @@ def test_parse_size_accepts_suffixes_and_refuses_the_rest():
 def test_probes_for_builds_the_nccl_probe_with_the_run_options():
     checks = [c for c in load_checks(use_entry_points=False) if c.id == "nccl-all-reduce"]
     opts = NcclOptions(reps=2, max_bytes=1 << 20, timeout_s=60, tests_dir="/opt/nccl tests; reboot")
-    [probe] = probes_for(checks, opts)
+    [probe] = probes_for(checks, {PROBE_ID: opts})
     assert probe.argv[-6:] == ("2", "1048576", "60", "/opt/nccl tests; reboot", "5", FALLBACK_SOURCE)
     assert probe.timeout_s == probe_timeout(opts) == 2 * (60 + 10 + 5) + 210 and probe.active
     # The options travel quoted: the remote command line splits back into the same argv.
-    assert shlex.split(probe.shell_command(probe.timeout_s))[4:] == list(probe.argv)
+    assert shlex.split(remote_command(probe.argv, probe.timeout_s))[4:] == list(probe.argv)
     assert PROBES[PROBE_ID].argv == probe.argv[:4]
 
 
@@ -374,7 +368,7 @@ def _script(path: Path, body: str) -> None:
 
 
 def _run_probe(bin_dir: Path, opts: NcclOptions) -> subprocess.CompletedProcess:
-    probe = with_options(PROBES[PROBE_ID], opts)
+    probe = with_options(opts)
     return subprocess.run(probe.argv, check=False, capture_output=True, text=True, env={"PATH": str(bin_dir)}, timeout=20)
 
 

@@ -273,7 +273,7 @@ def test_a_diagnosis_takes_the_action_of_the_finding_that_names_its_cause():
     all_reduce is diagnosed as the mismatch (rules.yaml); its action must be the firmware
     finding's own ("update NIC firmware to 28.46.1006 ..."), not the generic one of the cause,
     although the all_reduce finding comes first. The nccl probe output is the nodes' table
-    between the probe's markers (preflight/collect/nccl_probe.py), the second repetition hung."""
+    between the probe's markers (preflight/collect/nccl.py), the second repetition hung."""
     table = nccl_table("gpu06", gpu_buses(h200_node_xml(8)))
     probe = ("# preflight: tool=/usr/local/bin/all_reduce_perf gpus=8 repetitions=2\n" + table
              + "# preflight: repetition 1 exit=0 seconds=3\n# preflight: repetition 2 exit=124 seconds=5\n")

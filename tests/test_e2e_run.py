@@ -117,7 +117,8 @@ def test_hostile_host_names_never_reach_a_shell(sim_cluster, tmp_path):
 def test_large_outputs_arrive_whole_over_ssh(sim_cluster, tmp_path):
     """sshd may send the exit status while output still waits behind the flow-control
     window; the executor must read to end-of-file (a 160 KiB output was once cut short)."""
-    from preflight.collect.executor import ExecPlan, SshOptions, run_fleet
+    from preflight.collect.fanout import ExecPlan, run_fleet, ssh_nodes
+    from preflight.collect.ssh import SshOptions
     from preflight.collect.inventory import load_hosts_file
     from preflight.collect.probes import PROBES
 
@@ -128,7 +129,7 @@ def test_large_outputs_arrive_whole_over_ssh(sim_cluster, tmp_path):
     ssh = SshOptions(ssh_config=cluster.ssh_config, known_hosts=cluster.known_hosts, identity=cluster.identity)
     plan = ExecPlan((PROBES["nvidia-smi-q-x"],) * 3, timeout_s=30, ssh=ssh)
     results = []
-    run_fleet(load_hosts_file(cluster.hosts_file), plan, results.append)
+    run_fleet(ssh_nodes(load_hosts_file(cluster.hosts_file), ssh), plan, results.append)
     assert len(results) == 18
     assert all(r.exit_code == 0 and r.stdout == big for r in results)
 

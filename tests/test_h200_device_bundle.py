@@ -52,7 +52,7 @@ def test_nccl_tests_and_the_torch_fallback_read_alike_on_the_real_h200():
     sys.path.insert(0, str(Path(__file__).parent))
     from ctx import make_host, run_check
 
-    from preflight.collect.nccl_probe import parse_probe_output
+    from preflight.parse.nccl_probe import parse_probe_output
 
     outputs = {name: (Path(__file__).parent / "fixtures" / "h200-device" / name).read_text()
                for name in ("probe-nccl-tests-3reps.txt", "probe-torch-fallback-3reps.txt")}

@@ -13,6 +13,8 @@ import shlex
 
 import pytest
 
+from preflight.collect.node import CommandResult
+
 from ctx import _CHECKS, make_host
 from derived import CORPUS, H200_RUN, mpirun_all_reduce, tagged_warn
 from preflight.judge.analyze import _run_fleet_check
@@ -276,6 +278,22 @@ def test_mpirun_missing_is_tool_missing():
 # --------------------------------------------------------------------------- the stage
 
 
+class Launcher:
+    """The launcher node, answering each command line with ``launch(command, stdin, limit)``."""
+
+    name = "gpu01"
+
+    def __init__(self, launch):
+        self.launch = launch
+
+    def run(self, argv, *, stdin=b"", timeout):
+        out, err, code, timed_out = self.launch(shlex.join(argv), stdin, timeout)
+        return CommandResult(tuple(argv), out, err.decode(), code, "2026-12-01T00:00:00+00:00", 0.0, timed_out)
+
+    def close(self):
+        pass
+
+
 def test_stage_runs_variants_then_two_rounds_of_pairs(tmp_path):
     """A fake launcher replays _culprit_probes' outputs per hostfile: the first round pairs
     gpu02 (named by the error-12 line) and clears it, the second finds gpu03."""
@@ -294,7 +312,7 @@ def test_stage_runs_variants_then_two_rounds_of_pairs(tmp_path):
         return out.encode(), b"", 0, False
 
     results: list[ProbeResult] = []
-    run_stage(HOSTS, 8, set(), launch, MultinodeOptions(timeout_s=60, node_dir=str(tmp_path)), "r",
+    run_stage(HOSTS, 8, set(), Launcher(launch), MultinodeOptions(timeout_s=60, node_dir=str(tmp_path)), "r",
               results.append, FLEET_HOST)
     assert [p for p, _, _ in seen] == [PROBE_FULL, PROBE_INTRA, PROBE_INTER, "nccl-pair-gpu02-gpu01",
                                        "nccl-pair-gpu03-gpu01", "nccl-pair-gpu04-gpu02"]
@@ -313,7 +331,7 @@ def test_stage_stops_after_the_variants_when_they_pass(tmp_path):
         calls.append(command)
         return replies[shlex.split(command)[5].removesuffix(".hosts")].encode(), b"", 0, False
 
-    run_stage(HOSTS[:2], 8, set(), launch, MultinodeOptions(node_dir=str(tmp_path)), "r", lambda r: None, FLEET_HOST)
+    run_stage(HOSTS[:2], 8, set(), Launcher(launch), MultinodeOptions(node_dir=str(tmp_path)), "r", lambda r: None, FLEET_HOST)
     assert len(calls) == 3
 
 

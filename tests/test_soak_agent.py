@@ -551,7 +551,7 @@ def test_agent_bundle_carries_the_engines_and_the_model_and_nothing_escapes(tmp_
         info.size = 1
         tar.addfile(info, io.BytesIO(b"x"))
     reply = node.run([sys.executable, "-c", controller._START, str(tmp_path / "node"), "r1", "--engine", "none"],
-                     evil.getvalue())
+                     stdin=evil.getvalue(), timeout=60)
     assert reply.exit_code == 1 and "refusing '../escaped.py'" in reply.stderr
     assert not (tmp_path / "node" / "escaped.py").exists()
 
@@ -677,7 +677,7 @@ def test_node_status_names_the_hottest_gpu_and_active_reasons(controller):
 def test_soak_over_ssh_on_the_simulated_cluster(tmp_path, sim_cluster, controller):
     from simcluster import SimHost
 
-    from preflight.collect.executor import SshOptions
+    from preflight.collect.ssh import SshOptions
 
     cluster = sim_cluster([SimHost("gpu01"), SimHost("gpu02"), SimHost("gpu03", down=True)])
     hosts = controller.load_hosts_file(cluster.hosts_file)

@@ -21,15 +21,9 @@ from ctx import make_host, run_check
 
 from preflight.node import torch_allreduce as ta
 from preflight.model import Status
-from preflight.collect.nccl_probe import (
-    FALLBACK_SOURCE,
-    PROBE_ID,
-    NcclOptions,
-    parse_probe_output,
-    with_options,
-)
+from preflight.collect.nccl import FALLBACK_SOURCE, PROBE_ID, NcclOptions, with_options
+from preflight.parse.nccl_probe import parse_probe_output
 from preflight.parse.nccl_tests import parse_nccl_tests
-from preflight.collect.probes import PROBES
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 A100 = CORPUS / "nccl-tests" / "a100-sxm4-40gb-8gpu-allreduce-old-format-validation0.txt"
@@ -141,7 +135,7 @@ def test_fallback_runs_all_reduce_on_the_gpus():
 @pytest.mark.gpu
 def test_probe_script_with_the_fallback_on_this_node(tmp_path):
     n = _gpus()
-    probe = with_options(PROBES[PROBE_ID], NcclOptions(reps=2, max_bytes=1 << 30, timeout_s=240, cooldown_s=1,
+    probe = with_options(NcclOptions(reps=2, max_bytes=1 << 30, timeout_s=240, cooldown_s=1,
                                                        tests_dir=str(tmp_path)))  # no all_reduce_perf there
     proc = subprocess.run(probe.argv, check=False, capture_output=True, text=True, timeout=probe.timeout_s)
     assert proc.returncode == 0, proc.stderr

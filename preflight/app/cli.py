@@ -18,7 +18,8 @@ from preflight import __version__
 from preflight.evidence.bundle import BundleError, read_bundle
 from preflight.knowledge.datafile import positive
 from preflight.diagnose.engine import PlaybookError, load_knowledge
-from preflight.collect.executor import ExecPlan, SshOptions
+from preflight.collect.fanout import ExecPlan
+from preflight.collect.ssh import SshOptions
 from preflight.collect.inventory import InventoryInvalid, load_hosts_file, parse_host_list
 from preflight.judge.loader import CheckLoadError, load_checks, select
 from preflight.knowledge.profiles import ProfileError, load_profiles
@@ -39,7 +40,7 @@ _positive = positive
 
 
 def _size(text: str) -> int:
-    from preflight.collect.nccl_probe import parse_size
+    from preflight.collect.nccl import parse_size
 
     try:
         return parse_size(text)
@@ -160,7 +161,8 @@ def run_request(args):
     checks, profiles, SSH and probe settings, the run directory. Bad input raises one of
     ``INPUT_ERRORS`` here, before anything runs. The pytest plugin builds its runs with this
     too, so both read the same options the same way."""
-    from preflight.collect.nccl_probe import NcclOptions
+    from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
+    from preflight.collect.nccl import NcclOptions
     from preflight.collect.probes import PROBES
     from preflight.app.run import RunRequest, new_run_id, probes_for
 
@@ -186,7 +188,7 @@ def run_request(args):
         if path and not path.is_file():
             raise UsageError(f"{opt}: {path}: no such file")
     nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir)
-    plan = ExecPlan(probes_for(checks, nccl), args.timeout, args.parallel, ssh)
+    plan = ExecPlan(probes_for(checks, {NCCL_PROBE_ID: nccl}), args.timeout, args.parallel, ssh)
     multinode = None
     if getattr(args, "nccl_multinode", False):
         from preflight.collect.multinode import NODE_DIR, MultinodeOptions

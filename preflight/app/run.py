@@ -12,21 +12,21 @@ import re
 import secrets
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from preflight import __version__
 from preflight.diagnose.analysis import analyze
 from preflight.model import Analysis
-from preflight.evidence.bundle import BundleWriter, read_bundle
+from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability, read_bundle
 from preflight.diagnose.engine import KnowledgeBase
-from preflight.collect.executor import ExecPlan, run_fleet, run_local
+from preflight.collect.fanout import ExecPlan, run_fleet, run_node, ssh_nodes
+from preflight.collect.local import LocalNode
 from preflight.model import Host, ProbeResult
 from preflight.collect.multinode import MultinodeOptions, run_multinode
-from preflight.collect.nccl_probe import PROBE_ID as NCCL_PROBE_ID
-from preflight.collect.nccl_probe import NcclOptions, with_options
 from preflight.judge.loader import CheckLoadError
 from preflight.model import Check
 from preflight.collect.probes import PROBES, Probe
@@ -45,16 +45,15 @@ def local_host_name() -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", socket.gethostname()) or "localhost"
 
 
-def probes_for(checks: list[Check], options: NcclOptions | None = None) -> tuple[Probe, ...]:
-    """Every probe the selected checks read, once, in catalogue order; the nccl probe built
-    with the run's options (the defaults when None)."""
+def probes_for(checks: list[Check], options: Mapping[str, Any] | None = None) -> tuple[Probe, ...]:
+    """Every probe the selected checks read, once, in catalogue order; a parametrised probe
+    configured with the run's options for it (``options[probe id]``; its defaults when absent)."""
     wanted = {p for c in checks for p in c.probes}
     unknown = sorted(wanted - PROBES.keys())
     if unknown:
         raise CheckLoadError(f"checks need unknown probe(s): {', '.join(unknown)}")
-    nccl = options or NcclOptions()
-    return tuple(with_options(p, nccl) if pid == NCCL_PROBE_ID else p
-                 for pid, p in PROBES.items() if pid in wanted)
+    options = options or {}
+    return tuple(p.configured(options.get(pid)) for pid, p in PROBES.items() if pid in wanted)
 
 
 @dataclass(frozen=True)
@@ -95,11 +94,13 @@ def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = 
             progress(result.host, finished, len(names))
 
     if local:
-        run_local(req.plan, on_result, names[0])
+        run_node(LocalNode(names[0]), req.plan, on_result)
     else:
-        run_fleet(req.hosts, req.plan, on_result)
+        run_fleet(ssh_nodes(req.hosts, req.plan.ssh), req.plan, on_result)
         if req.multinode:
-            run_multinode(req.hosts, bundle_dir, writer.add, req.plan.ssh, req.multinode, req.run_id)
+            bundle = read_bundle(bundle_dir)
+            reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
+            run_multinode(req.hosts, reached, writer.add, req.plan.ssh, req.multinode, req.run_id, FLEET_HOST)
 
     analysis = analyze(read_bundle(bundle_dir), req.checks, req.profiles, req.kb, req.forced_profile)
     analysis.meta.update({"run_id": req.run_id, "created": created, "preflight_version": __version__,

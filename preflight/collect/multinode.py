@@ -33,7 +33,7 @@ the inventory has them, through the SSH channel's stdin; no host name reaches a 
 Every run's output lands in the bundle under the pseudo-host ``bundle.FLEET_HOST``, in the
 nccl probe's format (``# preflight: tool=mpirun gpus=G repetitions=1``, the hostfile's lines as
 ``# preflight: host NAME slots=G``, the output, ``# preflight: repetition 1 exit=C
-seconds=S``), so ``nccl_probe.parse_probe_output`` reads it and the hosts of a run are in its
+seconds=S``), so ``preflight.parse.nccl_probe.parse_probe_output`` reads it and the hosts of a run are in its
 own output. GNU ``timeout`` signals its whole process group on expiry, so mpirun and its
 children stop together; exit 124/137 then marks a hang.
 """
@@ -41,18 +41,20 @@ children stop together; exit 124/137 then marks a hang.
 from __future__ import annotations
 
 import re
-import shlex
 import threading
-import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
-from preflight.collect.executor import SshOptions, describe_connect_error, now_iso, open_connection, run_on_connection
+from preflight.collect.node import Node, now_iso
+from preflight.collect.ssh import SshNode, SshOptions
 from preflight.model import Host, ProbeResult
-from preflight.collect.nccl_probe import KILL_AFTER_S, NcclOptions, NcclProbeOutput, parse_probe_output
+from preflight.collect import scripts
+from preflight.collect.nccl import KILL_AFTER_S, NcclOptions
+from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
+from preflight.parse.nccl_probe import NcclProbeOutput, parse_probe_output
 from preflight.parse import ParseError
+from preflight.parse.nvidia_smi import parse_smi_xml
 
 PROBE_FULL = "nccl-multinode"
 PROBE_INTRA = "nccl-multinode-intra"
@@ -62,21 +64,7 @@ PAIR_PREFIX = "nccl-pair-"
 NODE_DIR = "~/.cache/preflight/multinode"
 _GRACE_S = 30.0  # beyond the remote timeout: setup, the SIGKILL grace, the transfer
 
-SCRIPT = r"""
-dir=$1 name=$2 limit=$3 split=$4 np=$5 gpus=$6 max=$7 bin=$8
-case $dir in "~/"*) dir=$HOME/${dir#"~/"} ;; esac
-command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found on the launcher" >&2; exit 127; }
-mkdir -p "$dir" && cat >"$dir/$name" || { echo "cannot write the hostfile $dir/$name" >&2; exit 1; }
-echo "# preflight: tool=mpirun gpus=$gpus repetitions=1"
-sed 's/^/# preflight: host /' "$dir/$name"
-if [ -n "$split" ]; then export NCCL_TESTS_SPLIT="$split"; set -- -x NCCL_TESTS_SPLIT; else set --; fi
-start=$(date +%s)
-NCCL_DEBUG=WARN timeout -k @KILL_AFTER@ "$limit" mpirun --hostfile "$dir/$name" -np "$np" --tag-output \
-  -x NCCL_DEBUG "$@" "$bin" -b 8 -e "$max" -f 2 -g 1 -c 1 </dev/null 2>&1
-code=$?
-echo "# preflight: repetition 1 exit=$code seconds=$(($(date +%s) - start))"
-exit 0
-""".strip().replace("@KILL_AFTER@", str(KILL_AFTER_S))
+SCRIPT = scripts.read("multinode_all_reduce.sh").replace("@KILL_AFTER@", str(KILL_AFTER_S))
 
 _HOST_LINE = re.compile(r"^# preflight: host (\S+) slots=(\d+)\s*$")
 _RANK_TAG = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:(.*)$")
@@ -277,8 +265,6 @@ class MultinodeOptions:
         return cls(nccl.max_bytes, nccl.timeout_s, nccl.tests_dir, node_dir)
 
 
-# Runs one command line on the launcher with stdin: (stdout, stderr, exit code, timed out).
-Launch = Callable[[str, bytes, float], tuple[bytes, bytes, int | None, bool]]
 
 
 def run_argv(options: MultinodeOptions, run_id: str, probe: str, split: str, np: int, gpus: int) -> list[str]:
@@ -291,7 +277,7 @@ def hostfile(hosts: Sequence[str], slots: int) -> bytes:
     return "".join(f"{h} slots={slots}\n" for h in hosts).encode()
 
 
-def run_stage(hosts: Sequence[str], gpus: int, single_failed: Collection[str], launch: Launch,
+def run_stage(hosts: Sequence[str], gpus: int, single_failed: Collection[str], launcher: Node,
               options: MultinodeOptions, run_id: str, on_result: Callable[[ProbeResult], None],
               fleet_host: str) -> None:
     """The three variants, then, if one did not pass, the re-pairing rounds; every result goes
@@ -299,16 +285,9 @@ def run_stage(hosts: Sequence[str], gpus: int, single_failed: Collection[str], l
 
     def one(probe: str, members: Sequence[str], split: str = "") -> MultinodeRun:
         argv = run_argv(options, run_id, probe, split, len(members) * gpus, gpus)
-        started, t0 = now_iso(), time.monotonic()
-        try:
-            out, err, code, timed_out = launch(shlex.join(argv), hostfile(members, gpus),
-                                               options.timeout_s + KILL_AFTER_S + _GRACE_S)
-            result = ProbeResult(probe, fleet_host, tuple(argv), out, err.decode("utf-8", "replace"), code,
-                                 started, round(time.monotonic() - t0, 3), timed_out)
-        except Exception as exc:  # noqa: BLE001 - a broken channel is a result, like any probe's
-            result = ProbeResult(probe, fleet_host, tuple(argv), None, "", None, started,
-                                 round(time.monotonic() - t0, 3), False,
-                                 f"ssh channel failed: {type(exc).__name__}: {exc}")
+        r = launcher.run(argv, stdin=hostfile(members, gpus), timeout=options.timeout_s + KILL_AFTER_S + _GRACE_S)
+        result = ProbeResult(probe, fleet_host, tuple(argv), r.stdout, r.stderr, r.exit_code, r.started,
+                             r.duration_s, r.timed_out, r.error)
         on_result(result)
         return read_run(result)
 
@@ -359,10 +338,7 @@ def _disjoint_batches(pairs: Sequence[tuple[str, str]]) -> list[list[tuple[str, 
 def gpus_of(results: Mapping[str, ProbeResult]) -> int | None:
     """GPUs of a host as its evidence says: the nccl probe's count (``nvidia-smi -L``), else
     the GPUs of ``nvidia-smi -q -x``."""
-    from preflight.collect.nccl_probe import PROBE_ID
-    from preflight.parse.nvidia_smi import parse_smi_xml
-
-    nccl, smi = results.get(PROBE_ID), results.get("nvidia-smi-q-x")
+    nccl, smi = results.get(NCCL_PROBE_ID), results.get("nvidia-smi-q-x")
     if nccl is not None and nccl.stdout:
         try:
             gpus = parse_probe_output(nccl.text, cut_off=nccl.timed_out).gpus
@@ -378,34 +354,29 @@ def gpus_of(results: Mapping[str, ProbeResult]) -> int | None:
     return None
 
 
-def run_multinode(hosts: Sequence[Host], bundle_dir: Path, on_result: Callable[[ProbeResult], None],
-                  ssh: SshOptions, options: MultinodeOptions, run_id: str) -> str | None:
-    """The stage over SSH, after the per-host probes are in the bundle at ``bundle_dir``.
-    Returns why it did not run (fewer than two hosts to run on), else None."""
-    from preflight.evidence.bundle import host_reachability
-    from preflight.evidence.bundle import FLEET_HOST, read_bundle
-    from preflight.collect.nccl_probe import PROBE_ID
-
-    bundle = read_bundle(bundle_dir)
-    counts = {h.name: gpus_of(bundle.probes_of(h.name)) for h in hosts
-              if host_reachability(bundle, h.name)[0]}
+def run_multinode(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, ProbeResult]],
+                  on_result: Callable[[ProbeResult], None], ssh: SshOptions, options: MultinodeOptions,
+                  run_id: str, fleet_host: str) -> str | None:
+    """The stage over SSH, after the per-host probes; ``evidence`` holds the probe results of
+    the hosts that were reached. Every result goes to ``on_result`` as ``fleet_host``. Returns
+    why it did not run (fewer than two hosts to run on), else None."""
+    counts = {h.name: gpus_of(evidence[h.name]) for h in hosts if h.name in evidence}
     members = [h for h in hosts if counts.get(h.name)]
     if len(members) < 2:
         return f"{len(members)} reachable host(s) with a known GPU count: a multi-node run needs two"
     # NCCL_TESTS_SPLIT's DIV/MOD need the same ranks on every node: the smallest count is used.
     gpus = min(counts[h.name] for h in members)
     names = [h.name for h in members]
-    failed = {n for n in names if single_node_failed(bundle.probes_of(n).get(PROBE_ID))}
-    try:
-        conn = open_connection(members[0], ssh)
-    except Exception as exc:  # noqa: BLE001 - every way of not connecting is a result
-        why = f"launcher {members[0].name}: {describe_connect_error(exc)}"
+    failed = {n for n in names if single_node_failed(evidence[n].get(NCCL_PROBE_ID))}
+    launcher = SshNode(members[0], ssh)
+    why = launcher.connect()
+    if why:
         for probe in VARIANTS:
-            on_result(ProbeResult(probe, FLEET_HOST, (), None, "", None, now_iso(), 0.0, False, why))
+            on_result(ProbeResult(probe, fleet_host, (), None, "", None, now_iso(), 0.0, False,
+                                  f"launcher {members[0].name}: {why}"))
         return None
     try:
-        run_stage(names, gpus, failed, lambda cmd, stdin, limit: run_on_connection(conn, cmd, stdin, limit),
-                  options, run_id, on_result, FLEET_HOST)
+        run_stage(names, gpus, failed, launcher, options, run_id, on_result, fleet_host)
     finally:
-        conn.close()
+        launcher.close()
     return None

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from preflight.collect.nccl_probe import PROBE_ID as NCCL_PROBE
-from preflight.collect.nccl_probe import parse_probe_output
+from preflight.collect.nccl import PROBE_ID as NCCL_PROBE
+from preflight.parse.nccl_probe import parse_probe_output
 from preflight.judge.missing import EvidenceMissing, why_missing
 from preflight.knowledge import nic_matrix
 from preflight.model import Evidence

@@ -32,8 +32,6 @@ import csv
 import io
 import json
 import os
-import shlex
-import subprocess
 import sys
 import tarfile
 import time
@@ -49,12 +47,9 @@ from rich.live import Live
 from rich.table import Table
 
 from preflight.knowledge.datafile import positive
-from preflight.collect.executor import (
-    SshOptions,
-    describe_connect_error,
-    open_connection,
-    run_on_connection,
-)
+from preflight.collect.local import LocalNode
+from preflight.collect.node import Node
+from preflight.collect.ssh import SshNode, SshOptions
 from preflight.collect.inventory import InventoryInvalid, load_hosts_file, parse_host_list
 from preflight.model import Host
 from preflight.parse.nvidia_smi import reasons_from_bitmask
@@ -222,62 +217,7 @@ def load_plan(out: Path, run_id: str) -> SoakPlan:
 # --- Reaching a node ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Reply:
-    exit_code: int | None
-    stdout: bytes
-    stderr: str
-    error: str | None = None  # could not run it at all (connect failed, timed out)
-
-
-class LocalNode:
-    def __init__(self, name: str):
-        self.name = name
-
-    def run(self, argv: Sequence[str], stdin: bytes = b"", timeout_s: float = 60.0) -> Reply:
-        try:
-            proc = subprocess.run(list(argv), input=stdin, capture_output=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return Reply(None, b"", "", f"timed out after {timeout_s:g} s")
-        except OSError as exc:
-            return Reply(None, b"", "", f"cannot run {argv[0]}: {exc.strerror or exc}")
-        return Reply(proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace"))
-
-    def close(self) -> None:
-        pass
-
-
-class SshNode:
-    """One SSH connection per node, opened on first use and reopened after it breaks."""
-
-    def __init__(self, host: Host, ssh: SshOptions):
-        self.name = host.name
-        self._host, self._ssh = host, ssh
-        self._conn = None
-
-    def run(self, argv: Sequence[str], stdin: bytes = b"", timeout_s: float = 60.0) -> Reply:
-        if self._conn is None:
-            try:
-                self._conn = open_connection(self._host, self._ssh)
-            except Exception as exc:  # noqa: BLE001 - every way of not connecting is a reply
-                return Reply(None, b"", "", describe_connect_error(exc))
-        try:
-            stdout, stderr, code, timed_out = run_on_connection(self._conn, shlex.join(argv), stdin, timeout_s)
-        except Exception as exc:  # noqa: BLE001 - a broken connection is retried at the next poll
-            self.close()
-            return Reply(None, b"", "", f"ssh channel failed: {type(exc).__name__}: {exc}")
-        if timed_out:
-            self.close()
-            return Reply(None, stdout, stderr.decode("utf-8", "replace"), f"timed out after {timeout_s:g} s")
-        return Reply(code, stdout, stderr.decode("utf-8", "replace"))
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-def make_nodes(plan: SoakPlan) -> list:
+def make_nodes(plan: SoakPlan) -> list[Node]:
     if not plan.hosts:
         return [LocalNode(plan.local_name)]
     return [SshNode(h, plan.ssh) for h in plan.hosts]
@@ -323,10 +263,10 @@ def agent_bundle(builtin_model: str | None) -> bytes:
 
 def start_agent(node, plan: SoakPlan) -> Started:
     """Ship the agent and start it detached; its reply comes once it samples (or failed)."""
-    reply = node.run(agent_argv(plan, node.name), agent_bundle(plan.builtin_model), timeout_s=90.0)
-    if reply.error:
-        return Started(node.name, False, reply.error)
-    report = _last_json_line(reply.stdout)
+    reply = node.run(agent_argv(plan, node.name), stdin=agent_bundle(plan.builtin_model), timeout=90.0)
+    if reply.fault:
+        return Started(node.name, False, reply.fault)
+    report = _last_json_line(reply.stdout or b"")
     if reply.exit_code == 0 and report:
         return Started(node.name, True, f"agent pid {report.get('pid')} in {report.get('dir')}")
     why = (report or {}).get("last_error") or reply.stderr.strip().splitlines()[-1:] or [f"exit code {reply.exit_code}"]
@@ -497,10 +437,10 @@ class HostWatch:
         return self.node.name
 
     def poll(self) -> None:
-        reply = self.node.run(self.mirror.pull_argv(self.plan), timeout_s=120.0)
-        doc = _last_json_line(reply.stdout) if not reply.error and reply.exit_code == 0 else None
+        reply = self.node.run(self.mirror.pull_argv(self.plan), timeout=120.0)
+        doc = _last_json_line(reply.stdout or b"") if not reply.fault and reply.exit_code == 0 else None
         if doc is None:
-            self.error = reply.error or (reply.stderr.strip().splitlines() or [f"exit code {reply.exit_code}"])[-1]
+            self.error = reply.fault or (reply.stderr.strip().splitlines() or [f"exit code {reply.exit_code}"])[-1]
             return
         self.error = None
         if not doc.get("exists"):

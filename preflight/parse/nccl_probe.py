@@ -1,13 +1,7 @@
-"""The nccl-all-reduce probe: the script that runs all_reduce_perf on a node, and reading back
-what it prints.
+"""Reading back what the nccl-all-reduce probe printed (``preflight.collect.nccl`` runs it).
 
-The probe is ``sh -c SCRIPT sh REPS MAX_BYTES SECONDS TESTS_DIR COOLDOWN FALLBACK_SOURCE``: a
-fixed script, with the run's options as positional parameters, so no option is ever pasted
-into shell text. On the node it counts the GPUs (``nvidia-smi -L``), finds ``all_reduce_perf``
-(in TESTS_DIR, else on PATH) or else ``python3`` with torch (then it runs
-preflight/node/torch_allreduce.py, passed as FALLBACK_SOURCE, with all_reduce_perf's options), and
-runs it REPS times, each under ``timeout``, with NCCL_DEBUG=WARN and stderr merged into stdout
-so NCCL's warnings land beside the table. Its output::
+The probe's output is the first repetition's ``all_reduce_perf`` output and so on, each closed
+by a marker line, after a header::
 
     # preflight: tool=/opt/nccl-tests/build/all_reduce_perf gpus=8 repetitions=5
     # nccl-tests version 2.19.6 ...            (the first repetition's output)
@@ -17,111 +11,26 @@ so NCCL's warnings land beside the table. Its output::
     ...
     # preflight: repetition 2 exit=124 seconds=300     (124: hung, stopped by timeout)
 
-The script exits 0 once it ran the repetitions, whatever they did (the markers say that), 127
-when neither all_reduce_perf nor python3 with torch (nor nvidia-smi) is there, and 1 when
-nvidia-smi lists no GPU.
-
 ``parse_probe_output`` splits such output at the markers into repetitions, each parsed with
 ``parse_nccl_tests``. It also reads plain ``all_reduce_perf`` output saved without markers
-(one repetition per run found), and output cut short by the probe's own timeout.
+(one repetition per run found), and output cut short by the probe's own timeout. The
+multi-node stage writes its runs in the same shape.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from importlib.resources import files
-from typing import TYPE_CHECKING
 
 from preflight.parse import ParseError
-from preflight.parse.nccl_tests import (
-    NcclRun,
-    NcclSignature,
-    nccl_signatures,
-    parse_nccl_tests,
-)
-from preflight.node.torch_allreduce import parse_size as _size_in_bytes
+from preflight.parse.nccl_tests import NcclRun, NcclSignature, nccl_signatures, parse_nccl_tests
 
-if TYPE_CHECKING:
-    from preflight.collect.probes import Probe
-
-PROBE_ID = "nccl-all-reduce"
 # Exit codes of `timeout` when it stopped a repetition: 124 after SIGTERM, 137 when the
 # command ignored SIGTERM and the `-k` SIGKILL ended it (a process stuck in the driver).
 TIMEOUT_EXITS = (124, 137)
-KILL_AFTER_S = 10  # `timeout -k`: SIGKILL this long after SIGTERM
-# Time the script may spend before the first repetition: `nvidia-smi -L` and the torch import
-# check each run under their own limit (60 s and 120 s), plus slack for the shell itself.
-SETUP_S = 60 + 120 + 30
-
-FALLBACK_SOURCE = files("preflight.node").joinpath("torch_allreduce.py").read_text()
-
-SCRIPT = r"""
-reps=$1 max=$2 limit=$3 dir=$4 cooldown=$5 fallback=$6
-command -v nvidia-smi >/dev/null 2>&1 || { echo "nvidia-smi not found: cannot count the GPUs" >&2; exit 127; }
-ngpu=$(timeout -k 5 60 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-[ "$ngpu" -gt 0 ] || { echo "nvidia-smi -L lists no GPU" >&2; exit 1; }
-if [ -n "$dir" ]; then bin=$dir/all_reduce_perf; [ -x "$bin" ] || bin=
-else bin=$(command -v all_reduce_perf) || bin=
-fi
-if [ -n "$bin" ]; then
-  tool=$bin; set -- "$bin"
-elif timeout -k 5 120 python3 -c 'import torch' >/dev/null 2>&1; then
-  tool=torch-fallback; set -- python3 -u -c "$fallback"
-else
-  echo "all_reduce_perf not found (in ${dir:-PATH}) and python3 cannot import torch" >&2; exit 127
-fi
-echo "# preflight: tool=$tool gpus=$ngpu repetitions=$reps"
-k=1
-while [ "$k" -le "$reps" ]; do
-  [ "$k" -gt 1 ] && sleep "$cooldown"
-  start=$(date +%s)
-  NCCL_DEBUG=WARN timeout -k @KILL_AFTER@ "$limit" "$@" -b 8 -e "$max" -f 2 -g "$ngpu" -c 1 -n 20 </dev/null 2>&1
-  code=$?
-  echo "# preflight: repetition $k exit=$code seconds=$(($(date +%s) - start))"
-  k=$((k + 1))
-done
-exit 0
-""".strip().replace("@KILL_AFTER@", str(KILL_AFTER_S))
 
 _TOOL_LINE = re.compile(r"^# preflight: tool=(\S+) gpus=(\d+) repetitions=(\d+)\s*$")
 _MARKER = re.compile(r"^# preflight: repetition (\d+) exit=(\d+) seconds=(\d+)\s*$")
-
-
-@dataclass(frozen=True)
-class NcclOptions:
-    """The run's choices for the probe (``preflight run``'s "active tests" options)."""
-
-    reps: int = 5
-    max_bytes: int = 8 << 30
-    timeout_s: float = 300.0  # per repetition
-    tests_dir: str | None = None  # where all_reduce_perf lives on the nodes; None: PATH
-    cooldown_s: float = 5.0  # between repetitions, so one run's heat does not slow the next
-
-
-def parse_size(text: str) -> int:
-    """``8G``, ``512M``, ``1024`` -> bytes (binary multiples, as all_reduce_perf reads them)."""
-    size = _size_in_bytes(text)
-    if size < 8:
-        raise ValueError(f"{text!r} is below all_reduce_perf's smallest size (8 bytes)")
-    return size
-
-
-def probe_timeout(options: NcclOptions) -> float:
-    """The whole probe's limit: every repetition may use its timeout, the SIGKILL grace and
-    the cooldown, after the setup. It only backs up the per-repetition timeouts."""
-    return options.reps * (options.timeout_s + KILL_AFTER_S + options.cooldown_s) + SETUP_S
-
-
-def with_options(base: Probe, options: NcclOptions) -> Probe:
-    """The catalogue's nccl-all-reduce probe with this run's options as its arguments."""
-    return base.with_args(
-        str(options.reps), str(options.max_bytes), f"{options.timeout_s:g}", options.tests_dir or "",
-        f"{options.cooldown_s:g}", FALLBACK_SOURCE, timeout_s=probe_timeout(options),
-    )
-
-
-# --------------------------------------------------------------------------- reading back
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,33 @@
+"""A probe: one command run on a node, its stdout saved verbatim in the bundle under its id.
+
+Commands are argv tuples. A parametrised probe (the nccl all_reduce; later DCGM diag or
+ib_write_bw) names a dataclass of run options and a function from those options to the
+arguments appended to its argv and its time limit; ``configured`` applies them, the options'
+defaults when a run gives none. For ``sh -c SCRIPT sh ARG...`` probes the arguments reach the
+script as positional parameters, never pasted into its text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Probe:
+    id: str
+    argv: tuple[str, ...]
+    description: str
+    tool: str  # the program whose absence means "tool-missing"
+    timeout_s: float | None = None  # None: the run's --timeout
+    active: bool = False  # loads the node (a benchmark); `run --quick` leaves its checks out
+    options: type | None = None  # a parametrised probe's options (a dataclass with defaults)
+    arguments: Callable[[Any], tuple[tuple[str, ...], float | None]] | None = None
+
+    def configured(self, options: Any = None) -> Probe:
+        """This probe with a run's options applied (their defaults when None)."""
+        if self.arguments is None:
+            return self
+        args, limit = self.arguments(options if options is not None else self.options())
+        return replace(self, argv=self.argv + tuple(args), timeout_s=limit)

@@ -1,0 +1,1 @@
+command -v ethtool >/dev/null || exit 127; for d in /sys/class/net/*; do drv=$(readlink "$d/device/driver" 2>/dev/null) || continue; [ "${drv##*/}" = mlx5_core ] || continue; echo "== ${d##*/} =="; ethtool -i "${d##*/}"; done; true

@@ -1,0 +1,1 @@
+grep -Hs . /sys/class/infiniband/*/fw_ver /sys/class/infiniband/*/board_id /sys/class/infiniband/*/hca_type /sys/class/infiniband/*/node_desc /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/phys_state /sys/class/infiniband/*/ports/*/rate /sys/class/infiniband/*/ports/*/link_layer; true

@@ -1,0 +1,203 @@
+"""``SshNode``: commands on a node over SSH, with fabric for the connection.
+
+fabric's ``Connection`` honours ``~/.ssh/config`` (HostName, User, Port, IdentityFile,
+ConnectTimeout, ProxyJump) as users expect. Two of its defaults are wrong for a fleet tool and
+are overridden here:
+- it auto-accepts unknown host keys; known_hosts is loaded and unknown keys are rejected unless
+  the user asked for ``--accept-new-host-keys``;
+- its ``run`` decodes output to text; the bundle contract is byte for byte, so commands run on a
+  raw paramiko channel and stdout is kept as bytes.
+
+A command is sent as its argv quoted with ``shlex.join`` behind ``timeout -k``, so the node
+itself ends the command's process group when it overruns (a hung tool does not linger after we
+give up on it); the controller stops waiting a grace period later.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from fabric import Config, Connection
+
+from preflight.collect.node import KILL_AFTER_S, TIMEOUT_EXIT, CommandResult, not_run, now_iso
+from preflight.model import Host
+
+# Beyond a command's own limit, how long the controller waits for the node's `timeout` to
+# have ended it and the channel to close, before it gives up on the channel.
+GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    user: str | None = None
+    port: int | None = None
+    identity: Path | None = None
+    ssh_config: Path | None = None
+    known_hosts: Path | None = None
+    accept_new_host_keys: bool = False
+    connect_timeout_s: float = 10.0
+
+
+def _connect(host: Host, ssh: SshOptions) -> Connection:
+    overrides: dict = {"load_ssh_configs": True}
+    if ssh.ssh_config:
+        overrides["ssh_config_path"] = str(ssh.ssh_config)
+    config = Config(overrides=overrides)
+    if ssh.ssh_config:
+        # Config only loads the file when asked to; a user-given file replaces ~/.ssh/config.
+        config.set_runtime_ssh_path(str(ssh.ssh_config))
+        config.load_ssh_config()
+    connect_kwargs: dict = {"allow_agent": True, "look_for_keys": True}
+    if ssh.identity:
+        connect_kwargs["key_filename"] = [str(ssh.identity)]
+    conn = Connection(
+        host.name,
+        user=host.user or ssh.user,
+        port=host.port or ssh.port,
+        config=config,
+        connect_timeout=int(ssh.connect_timeout_s),
+        connect_kwargs=connect_kwargs,
+    )
+    client = conn.client
+    _load_known_hosts(client, conn.ssh_config, ssh.known_hosts)
+    client.set_missing_host_key_policy(
+        paramiko.AutoAddPolicy() if ssh.accept_new_host_keys else paramiko.RejectPolicy()
+    )
+    conn.open()
+    return conn
+
+
+def _load_known_hosts(client: paramiko.SSHClient, host_config: dict, extra: Path | None) -> None:
+    files = []
+    if extra:
+        files.append(extra)
+    for name in str(host_config.get("userknownhostsfile", "")).split():
+        files.append(Path(os.path.expanduser(name)))
+    if not files:
+        files.append(Path.home() / ".ssh" / "known_hosts")
+    files.append(Path("/etc/ssh/ssh_known_hosts"))
+    for path in files:
+        if path.is_file():
+            # "system" keys are read-only to paramiko: it never rewrites the user's file.
+            client.load_system_host_keys(str(path))
+
+
+def describe_connect_error(exc: BaseException) -> str:
+    if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
+        return f"host key unknown: {exc} (add it to known_hosts, or pass --accept-new-host-keys)"
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return f"host key mismatch: {exc}"
+    if isinstance(exc, paramiko.AuthenticationException):
+        return f"authentication failed: {exc}"
+    if isinstance(exc, socket.timeout | TimeoutError):
+        return "connect timed out"
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return f"connection refused: {exc}"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve host name: {exc.strerror}"
+    if isinstance(exc, OSError):
+        return f"connect failed: {exc.strerror or exc}"
+    return f"connect failed: {type(exc).__name__}: {exc}"
+
+
+def remote_command(argv: Sequence[str], timeout: float) -> str:
+    """The line the node's shell runs: argv quoted, bounded by `timeout` on the node itself."""
+    return shlex.join(["timeout", "-k", str(KILL_AFTER_S), f"{timeout:g}", *argv])
+
+
+class SshNode:
+    """One SSH connection to one node, opened on first use and reopened after it breaks."""
+
+    def __init__(self, host: Host, ssh: SshOptions):
+        self.name = host.name
+        self.host, self.ssh = host, ssh
+        self._conn: Connection | None = None
+        self.connect_error: str | None = None  # why the last connection attempt failed
+
+    def connect(self) -> str | None:
+        """Open the connection now; returns why it could not be opened, else None."""
+        if self._conn is not None:
+            return None
+        try:
+            self._conn = _connect(self.host, self.ssh)
+            self.connect_error = None
+        except Exception as exc:  # noqa: BLE001 - every way of not connecting is a result
+            self.connect_error = describe_connect_error(exc)
+        return self.connect_error
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and self._conn.is_connected
+
+    def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float) -> CommandResult:
+        argv = tuple(argv)
+        started, t0 = now_iso(), time.monotonic()
+        why = self.connect()
+        if why:
+            return not_run(argv, why, started)
+        command = remote_command(argv, timeout)
+        try:
+            chan = self._conn.transport.open_session(timeout=timeout)
+            chan.exec_command(command)
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            stdout, stderr, code, timed_out = _drain(chan, deadline=t0 + timeout + KILL_AFTER_S + GRACE_S)
+        except Exception as exc:  # noqa: BLE001 - a broken channel is a result; the next run reconnects
+            if not self.connected:
+                self.close()
+            return CommandResult(argv, None, "", None, started, round(time.monotonic() - t0, 3), False,
+                                 f"ssh channel failed: {type(exc).__name__}: {exc}")
+        return CommandResult(argv, stdout, stderr.decode("utf-8", "replace"), code, started,
+                             round(time.monotonic() - t0, 3), timed_out or code == TIMEOUT_EXIT)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int | None, bool]:
+    """Read a command's stdout and stderr to the end; (stdout, stderr, exit code, timed out).
+
+    The exit status can arrive while output is still queued behind a full flow-control
+    window (sshd sends it as soon as the process ends), so "done" means end-of-file on the
+    channel *and* the exit status, not the status alone: stopping at the status truncated
+    large outputs (a 160 KiB `nvidia-smi -q -x`) under load.
+    """
+    out, err = bytearray(), bytearray()
+    chan.settimeout(0.05)  # recv() wakes as soon as data arrives; the timeout bounds a poll
+    eof = False
+    while True:
+        while chan.recv_stderr_ready():
+            err.extend(chan.recv_stderr(1 << 16))
+        if not eof:
+            try:
+                data = chan.recv(1 << 16)
+            except socket.timeout:
+                data = None
+            if data == b"":
+                eof = True
+            elif data:
+                out.extend(data)
+        if eof and chan.exit_status_ready():
+            while chan.recv_stderr_ready():
+                err.extend(chan.recv_stderr(1 << 16))
+            break
+        if time.monotonic() > deadline:
+            chan.close()
+            return bytes(out), bytes(err), None, True
+        if eof:
+            chan.status_event.wait(0.05)
+    status = chan.recv_exit_status()
+    chan.close()
+    return bytes(out), bytes(err), status, False
+
+
