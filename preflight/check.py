@@ -23,7 +23,8 @@ Marking changes nothing at import (pluggy's way): the decorator only sets an att
 can import a helper module beside it, and importing a check twice registers nothing twice.
 
 ``host_check`` functions get a ``HostContext`` and run once per reachable host;
-``fleet_check`` functions get a ``FleetContext`` and return outcomes naming their host. Both
+``fleet_check`` functions get a ``FleetContext`` and return outcomes naming their host;
+``soak_check`` functions judge a soak's telemetry (``preflight.soak``). All
 return one ``Outcome``, an iterable of them, or None (nothing to say). They are pure: all they
 see is parsed evidence and the profile, so they run the same live and on a saved bundle.
 """
@@ -39,7 +40,7 @@ from preflight.model import Check, Evidence, Status
 
 __all__ = [
     "Check", "Evidence", "EvidenceMissing", "FleetContext", "HostContext", "Outcome", "Status",
-    "error", "fail", "fleet_check", "host_check", "ok", "skip", "warn",
+    "error", "fail", "fleet_check", "host_check", "ok", "skip", "soak_check", "warn",
 ]
 
 MARK = "__preflight_check__"
@@ -112,3 +113,9 @@ def fleet_check(id: str, *, summary: str, facts: Iterable[str] = (), probes: Ite
                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark a check that compares hosts: ``func(fleet: FleetContext) -> Iterable[Outcome]``."""
     return _mark("fleet", id, summary, facts, probes)
+
+
+def soak_check(id: str, *, summary: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a check of soak telemetry: ``func(soak) -> Iterable[Outcome]``, run by the soak's
+    analysis over a ``preflight-soak/1`` directory rather than over a bundle."""
+    return _mark("soak", id, summary, (), ())

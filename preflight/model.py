@@ -182,7 +182,7 @@ class Check:
     probes: tuple[str, ...]
     summary: str
     func: Callable[..., Any]
-    scope: str  # "host" | "fleet"
+    scope: str  # "host" | "fleet" | "soak"
     origin: str = ""  # where it was loaded from, for `preflight checks` and error messages
     facts: tuple[str, ...] = ()
 

@@ -15,32 +15,29 @@ from pathlib import Path
 from rich.console import Console
 
 from preflight import __version__
-from preflight.evidence.bundle import BundleError, read_bundle
-from preflight.knowledge.datafile import positive
-from preflight.diagnose.engine import PlaybookError, load_knowledge
+from preflight.app import options, targets
+from preflight.app.errors import INPUT_ERRORS, UsageError
+from preflight.app.run import RunRequest, execute, new_run_id, probes_for, write_atomic, write_reports
 from preflight.collect.fanout import ExecPlan
-from preflight.collect.ssh import SshOptions
-from preflight.collect.inventory import InventoryInvalid, load_hosts_file, parse_host_list
-from preflight.judge.loader import CheckLoadError, load_checks, select
-from preflight.knowledge.profiles import ProfileError, load_profiles
-from preflight.report import terminal
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    pass
-
-
-# Bad input: refused with exit 2 and the message, never a traceback.
-INPUT_ERRORS = (InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError)
-
+from preflight.collect.multinode import NODE_DIR, MultinodeOptions
+from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
+from preflight.collect.nccl import NcclOptions, parse_size
+from preflight.collect.probes import PROBES
+from preflight.diagnose.analysis import analyze
+from preflight.diagnose.engine import load_knowledge
+from preflight.diagnose.explain import UnknownCause, explain, list_causes
+from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from preflight.evidence.bundle import read_bundle
+from preflight.judge.loader import load_checks, select
+from preflight.knowledge.datafile import positive
+from preflight.knowledge.profiles import load_profiles
+from preflight.report import diff, json_report, prometheus, terminal
+from preflight.report.diff import ReportError, diff_reports, load_report, render
 
 _positive = positive
 
 
 def _size(text: str) -> int:
-    from preflight.collect.nccl import parse_size
 
     try:
         return parse_size(text)
@@ -75,9 +72,7 @@ def _common_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", metavar="ID", help="platform profile for every host (default: detect)")
     p.add_argument("--profile-file", metavar="FILE", action="append", type=Path, default=[],
                    help="extra or overriding platform profile YAML (repeatable)")
-    p.add_argument("--out", metavar="DIR", type=Path, default=Path("reports"),
-                   help="where run directories go (default: ./reports)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    options.add_output(p, skip=("run_id",))
     _report_options(p)
 
 
@@ -97,21 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="probe hosts, save the evidence, judge it, write reports")
-    where = run.add_mutually_exclusive_group()
-    where.add_argument("--hosts", metavar="FILE", type=Path, help="hosts file: [user@]host[:port] per line, ranges like gpu[001-016]")
-    where.add_argument("-H", dest="host_list", metavar="HOSTS", help="hosts inline: a,b,gpu[01-04]")
-    where.add_argument("--local", action="store_true", help="check this machine, without SSH (the default with no hosts)")
-    run.add_argument("--user", help="SSH user (default: ssh config, then the current user)")
-    run.add_argument("--port", type=_positive(int), help="SSH port (default: ssh config, then 22)")
-    run.add_argument("--identity", "-i", type=Path, metavar="KEY", help="SSH private key")
-    run.add_argument("--ssh-config", type=Path, metavar="FILE", help="OpenSSH client config (default: ~/.ssh/config)")
-    run.add_argument("--known-hosts", type=Path, metavar="FILE", help="extra known_hosts file")
-    run.add_argument("--accept-new-host-keys", action="store_true",
-                     help="accept host keys not in known_hosts (default: reject them)")
+    options.add_targets(run)
+    options.add_ssh(run)
     run.add_argument("--parallel", type=_positive(int), default=64, help="hosts probed at once (default 64)")
     run.add_argument("--timeout", type=_positive(float), default=30.0, help="seconds per probe (default 30)")
-    run.add_argument("--connect-timeout", type=_positive(float), default=10.0, help="seconds to connect (default 10)")
-    run.add_argument("--run-id", help="name of the run directory (default: timestamp)")
+    run.add_argument("--run-id", help="name of the run directory (default: a timestamp)")
     _common_analysis_options(run)
     _active_test_options(run)
 
@@ -130,14 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("old", type=Path, help="the earlier run directory or its report.json")
     df.add_argument("new", type=Path, help="the later run directory or its report.json")
 
+    # The soak's side (rich.live, and pandas behind its analysis) loads only when asked for.
     from preflight.soak import controller as soak_controller
 
     soak_controller.add_parser(sub)
     return parser
 
 
-def _load_checks(args):
-    checks = load_checks(args.checks_dir)
+def _load_checks(args, scopes: tuple[str, ...] = ("host", "fleet")):
+    """The checks of these scopes (a bundle's by default; the soak's are run by its analysis),
+    narrowed to ``--checks``."""
+    checks = [c for c in load_checks(args.checks_dir) if c.scope in scopes]
     wanted = [c.strip() for c in args.checks.split(",") if c.strip()] if getattr(args, "checks", None) else None
     return select(checks, wanted)
 
@@ -161,37 +149,19 @@ def run_request(args):
     checks, profiles, SSH and probe settings, the run directory. Bad input raises one of
     ``INPUT_ERRORS`` here, before anything runs. The pytest plugin builds its runs with this
     too, so both read the same options the same way."""
-    from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
-    from preflight.collect.nccl import NcclOptions
-    from preflight.collect.probes import PROBES
-    from preflight.app.run import RunRequest, new_run_id, probes_for
 
-    if args.hosts:
-        hosts = load_hosts_file(args.hosts)
-    elif args.host_list:
-        hosts = parse_host_list(args.host_list)
-    else:
-        hosts = []
+    hosts = targets.hosts_of(args)
     checks = _load_checks(args)
     if args.quick:
         checks = [c for c in checks if not all(p in PROBES and PROBES[p].active for p in c.probes)]
     profiles = _load_profiles(args)
     kb = load_knowledge()
-    run_id = args.run_id or new_run_id()
-    if "/" in run_id or run_id in (".", ".."):
-        raise UsageError(f"--run-id: {run_id!r} must be a plain directory name")
-    if (args.out / run_id).exists():
-        raise UsageError(f"--run-id: {args.out / run_id} already exists; choose another id")
-    ssh = SshOptions(args.user, args.port, args.identity, args.ssh_config, args.known_hosts,
-                     args.accept_new_host_keys, args.connect_timeout)
-    for path, opt in ((args.identity, "--identity"), (args.ssh_config, "--ssh-config"), (args.known_hosts, "--known-hosts")):
-        if path and not path.is_file():
-            raise UsageError(f"{opt}: {path}: no such file")
+    run_id = targets.run_id_of(args, new_run_id())
+    ssh = targets.ssh_of(args)
     nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir)
     plan = ExecPlan(probes_for(checks, {NCCL_PROBE_ID: nccl}), args.timeout, args.parallel, ssh)
     multinode = None
     if getattr(args, "nccl_multinode", False):
-        from preflight.collect.multinode import NODE_DIR, MultinodeOptions
 
         if args.quick or not hosts:
             raise UsageError("--nccl-multinode runs across --hosts and is an active test: not with "
@@ -203,7 +173,6 @@ def run_request(args):
 
 
 def cmd_run(args, console: Console) -> int:
-    from preflight.app.run import execute
 
     baseline = _report_inputs(args)
     req = run_request(args)
@@ -211,7 +180,7 @@ def cmd_run(args, console: Console) -> int:
     if args.quiet or not console.is_terminal:
         run_dir, analysis = execute(req)
     else:
-        from rich.progress import Progress
+        from rich.progress import Progress  # only for a live terminal
 
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task("probing hosts", total=max(1, len(hosts)))
@@ -225,8 +194,6 @@ def cmd_run(args, console: Console) -> int:
 def analyze_saved(args):
     """``analyze`` without the terminal: judge the saved bundle, write the reports; return the
     report directory and the analysis (shared with the pytest plugin)."""
-    from preflight.diagnose.analysis import analyze
-    from preflight.app.run import write_reports
 
     root = args.bundle
     if (root / "bundle" / "bundle.json").is_file():
@@ -247,7 +214,7 @@ def analyze_saved(args):
 
 def _analyze_soak(soak_dir: Path, out: Path, args):
     """A preflight-soak/1 directory: judged by the soak analysis, reported like a bundle."""
-    from preflight.app.run import write_reports
+    # pandas, behind the soak's data and analysis, loads only for a soak directory.
     from preflight.soak.data import SoakDataError
     from preflight.soak.judge import judge_soak
 
@@ -271,7 +238,6 @@ def cmd_analyze(args, console: Console) -> int:
 
 def _report_inputs(args) -> dict | None:
     """Check the report options before anything runs; return the baseline report, if any."""
-    from preflight.report.diff import ReportError, load_report
 
     if args.prometheus and not args.prometheus.parent.is_dir():
         raise UsageError(f"--prometheus: {args.prometheus.parent}: no such directory")
@@ -284,8 +250,6 @@ def _report_inputs(args) -> dict | None:
 
 
 def _report_extras(args, run_dir: Path, analysis, baseline: dict | None, console: Console) -> None:
-    from preflight.report import diff, json_report, prometheus
-    from preflight.app.run import write_atomic
 
     if args.prometheus:
         write_atomic(args.prometheus, prometheus.render(analysis))
@@ -297,7 +261,6 @@ def _report_extras(args, run_dir: Path, analysis, baseline: dict | None, console
 
 
 def cmd_explain(args, console: Console) -> int:
-    from preflight.diagnose.explain import UnknownCause, explain, list_causes
 
     kb = load_knowledge()
     try:
@@ -309,7 +272,6 @@ def cmd_explain(args, console: Console) -> int:
 
 
 def cmd_diff(args, console: Console) -> int:
-    from preflight.report.diff import ReportError, diff_reports, load_report, render
 
     try:
         old, new = load_report(args.old), load_report(args.new)
@@ -325,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     err = Console(stderr=True)
-    from preflight.soak.controller import cmd_soak
+    from preflight.soak.controller import cmd_soak  # rich.live and pandas: only for `soak`
 
     handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "soak": cmd_soak,
                 "explain": cmd_explain, "diff": cmd_diff}
@@ -336,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         err.print("preflight: interrupted; the evidence saved so far is in the run's bundle/ directory")
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -7,10 +7,6 @@ half-way still leaves evidence to analyse.
 
 from __future__ import annotations
 
-import os
-import re
-import secrets
-import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from preflight import __version__
+from preflight.collect.local import local_host_name
+from preflight.evidence.bundle import new_run_id
 from preflight.diagnose.analysis import analyze
 from preflight.model import Analysis
 from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability, read_bundle
@@ -31,18 +29,11 @@ from preflight.judge.loader import CheckLoadError
 from preflight.model import Check
 from preflight.collect.probes import PROBES, Probe
 from preflight.knowledge.profiles import Profile
-from preflight.report import html as html_report
-from preflight.report import json_report, junit, markdown
+from preflight.report.files import write_atomic, write_reports
 
-
-def new_run_id(now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
-    return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-
-
-def local_host_name() -> str:
-    # The bundle stores it as a directory name; keep what a host name may hold.
-    return re.sub(r"[^A-Za-z0-9_.\-]", "_", socket.gethostname()) or "localhost"
+# Re-exported: their homes are lower layers now (collect.local, evidence.bundle, report.files).
+__all__ = ["RunRequest", "execute", "local_host_name", "new_run_id", "probes_for", "write_atomic",
+           "write_reports"]
 
 
 def probes_for(checks: list[Check], options: Mapping[str, Any] | None = None) -> tuple[Probe, ...]:
@@ -107,27 +98,3 @@ def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = 
                           "bundle": "bundle"})
     write_reports(run_dir, analysis, req.html)
     return run_dir, analysis
-
-
-def write_reports(run_dir: Path, analysis: Analysis, html: bool = True) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    writers = [("report.json", json_report.render), ("report.md", markdown.render), ("junit.xml", junit.render)]
-    if html:
-        plots = soak_plot_bytes(run_dir, analysis.meta.get("soak_plots") or {})
-        writers.append(("report.html", lambda a: html_report.render(a, plots)))
-    for name, render in writers:
-        write_atomic(run_dir / name, render(analysis))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Readers (node_exporter, a browser, CI) never see a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def soak_plot_bytes(run_dir: Path, named: dict[str, str]) -> dict[str, bytes]:
-    """The PNGs named by ``analysis.meta["soak_plots"]`` (host -> path relative to the run
-    directory, as ``preflight.soak.plots.plot_soak`` wrote them), for embedding in report.html;
-    one that is gone is left out rather than failing the reports."""
-    return {host: (run_dir / rel).read_bytes() for host, rel in named.items() if (run_dir / rel).is_file()}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -51,3 +53,8 @@ def _end_group(proc: subprocess.Popen) -> tuple[bytes, bytes]:
         except subprocess.TimeoutExpired:
             continue
     return b"", b""
+
+
+def local_host_name() -> str:
+    # The bundle stores it as a directory name; keep what a host name may hold.
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", socket.gethostname()) or "localhost"

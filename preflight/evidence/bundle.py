@@ -17,6 +17,9 @@ tool is absent; the ``.json`` says which.
 
 from __future__ import annotations
 
+import secrets
+from datetime import datetime, timezone
+
 import json
 import os
 import re
@@ -143,3 +146,8 @@ def host_reachability(bundle: Bundle, host: str) -> tuple[bool, str | None]:
     if len(errors) == len(results):
         return False, errors[0]
     return True, None
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)

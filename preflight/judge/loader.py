@@ -28,7 +28,7 @@ from preflight.judge.facts import FACTS, probes_of
 from preflight.model import Check
 from preflight.shipped import checks_dir
 
-SCOPES = ("host", "fleet")
+SCOPES = ("host", "fleet", "soak")
 
 
 class CheckLoadError(Exception):

@@ -48,6 +48,7 @@ from typing import Any
 
 import pytest
 
+from preflight.app import options
 from preflight.pytest.acceptance import Report
 from preflight.model import Diagnosis, Finding, Status, worst
 
@@ -136,17 +137,18 @@ def cases(report: Report) -> list[Case]:
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("preflight", "preflight GPU node checks as test items (inert unless "
                                      "--preflight-hosts, --preflight-bundle or --preflight-local is given)")
-    g.addoption("--preflight-hosts", metavar="FILE",
-                help="run preflight over SSH on the hosts in FILE; one test item per host x check")
     g.addoption("--preflight-bundle", metavar="DIR",
                 help="judge a saved bundle (or a run directory holding bundle/) instead of running")
-    g.addoption("--preflight-local", action="store_true", help="run preflight on this machine, without SSH")
+    # The targets, SSH and output options of `preflight run`, under the same names: the values
+    # travel to `run` as typed, which checks them as it checks its own.
+    for o in options.PYTEST_PASSED:
+        kw = {k: v for k, v in o.kwargs.items() if k in ("help", "metavar", "action")}
+        g.addoption(options.pytest_flag(o), dest=options.pytest_dest(o), **kw)
     g.addoption("--preflight-profile", metavar="ID", help="platform profile for every host (default: detect)")
     g.addoption("--preflight-checks", metavar="IDS", help="comma-separated check ids to run (default: all)")
-    g.addoption("--preflight-ssh-config", metavar="FILE", help="OpenSSH client config (with --preflight-hosts)")
-    g.addoption("--preflight-identity", metavar="KEY", help="SSH private key (with --preflight-hosts)")
-    g.addoption("--preflight-known-hosts", metavar="FILE", help="extra known_hosts file (with --preflight-hosts)")
-    g.addoption("--preflight-out", metavar="DIR", help="where run directories go (default: ./reports)")
+
+
+_TARGETS = ("hosts", "local")
 
 
 def cli_argv(config: pytest.Config) -> list[str] | None:
@@ -167,12 +169,16 @@ def cli_argv(config: pytest.Config) -> list[str] | None:
     common = [f"--out={path(opt('preflight_out') or 'reports')}"]
     common += [f"--profile={opt('preflight_profile')}"] if opt("preflight_profile") else []
     common += [f"--checks={opt('preflight_checks')}"] if opt("preflight_checks") else []
-    ssh = {"--ssh-config": opt("preflight_ssh_config"), "--identity": opt("preflight_identity"),
-           "--known-hosts": opt("preflight_known_hosts")}
-    ssh_args = [f"{name}={path(value)}" for name, value in ssh.items() if value]
+    ssh_args, ssh_names = [], []
+    for o in options.SSH:
+        value = opt(options.pytest_dest(o))
+        if value in (None, False):
+            continue
+        ssh_names.append(options.pytest_flag(o))
+        flag = o.flags[0]
+        ssh_args.append(flag if value is True else f"{flag}={path(value) if o.is_path else value}")
     if ssh_args and given[0] != "--preflight-hosts":
-        names = ", ".join("--preflight-" + name.lstrip("-") for name, value in ssh.items() if value)
-        raise pytest.UsageError(f"{names}: only with --preflight-hosts")
+        raise pytest.UsageError(f"{', '.join(ssh_names)}: only with --preflight-hosts")
     if given[0] == "--preflight-bundle":
         return ["analyze", path(sources["--preflight-bundle"]), *common]
     if given[0] == "--preflight-local":
@@ -184,7 +190,6 @@ def run_preflight(argv: list[str]) -> tuple[Path, dict]:
     """Run or analyse as the CLI would; return the run directory and its report.json."""
     # Imported here: every pytest session loads this plugin, and most never use it.
     from preflight.app import cli
-    from preflight.app.run import execute
 
     try:
         args = cli.build_parser().parse_args(argv)
@@ -195,7 +200,7 @@ def run_preflight(argv: list[str]) -> tuple[Path, dict]:
         if args.command == "analyze":
             run_dir, _ = cli.analyze_saved(args)
         else:
-            run_dir, _ = execute(cli.run_request(args))
+            run_dir, _ = cli.execute(cli.run_request(args))
     except cli.INPUT_ERRORS as exc:
         raise pytest.UsageError(f"preflight: {exc}") from None
     return run_dir, json.loads((run_dir / "report.json").read_text())

@@ -47,7 +47,11 @@ from rich.live import Live
 from rich.table import Table
 
 from preflight.knowledge.datafile import positive
-from preflight.collect.local import LocalNode
+from preflight.collect.local import LocalNode, local_host_name
+from preflight.diagnose.engine import load_knowledge
+from preflight.evidence.bundle import new_run_id
+from preflight.report import terminal
+from preflight.report.files import write_reports
 from preflight.collect.node import Node
 from preflight.collect.ssh import SshNode, SshOptions
 from preflight.collect.inventory import InventoryInvalid, load_hosts_file, parse_host_list
@@ -673,9 +677,7 @@ def analyze_and_show(outcome: SoakOutcome, console: Console) -> bool:
     """Judge the merged directory and write the run's reports (report.json with its ``soak``
     section, report.md, report.html with the plots, junit.xml) beside the soak data, as
     ``preflight analyze`` would; True when something failed."""
-    from preflight.diagnose.engine import load_knowledge
-    from preflight.report import terminal
-    from preflight.app.run import write_reports
+    # pandas, behind the soak's data and analysis, loads only once a soak is to be judged.
     from preflight.soak.data import SoakDataError
     from preflight.soak.judge import judge_soak
 
@@ -808,8 +810,6 @@ def _ssh_options(args) -> SshOptions:
 
 
 def cmd_soak(args, console: Console) -> int:
-    from preflight.app.run import local_host_name, new_run_id
-
     err = Console(stderr=True)
     try:
         if args.attach:

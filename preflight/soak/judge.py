@@ -47,7 +47,7 @@ def judge_soak(soak_dir: Path, kb: KnowledgeBase, plots_dir: Path | None = None)
     if result.notes:
         meta["soak_notes"] = list(result.notes)
     if plots_dir is not None:
-        from preflight.soak.plots import plot_soak
+        from preflight.soak.plots import plot_soak  # matplotlib: only when plots are asked for
 
         plots_dir.mkdir(parents=True, exist_ok=True)
         drawn = plot_soak(data, plots_dir)

@@ -1,0 +1,19 @@
+"""Bad input, in one table: every exception here means "refused before anything ran or was
+written", and the command line turns each into its message and exit code 2."""
+
+from __future__ import annotations
+
+from preflight.collect.inventory import InventoryInvalid
+from preflight.diagnose.engine import PlaybookError
+from preflight.evidence.bundle import BundleError
+from preflight.judge.loader import CheckLoadError
+from preflight.knowledge.profiles import ProfileError
+
+
+class UsageError(Exception):
+    """An option or a combination of options that cannot be honoured."""
+
+
+INPUT_ERRORS: tuple[type[Exception], ...] = (
+    InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError,
+)

@@ -1,0 +1,93 @@
+"""Option groups every command shares, declared once (ClusterShell's ``install_*_options``
+habit): which hosts, how to reach them over SSH, where the reports go. ``run`` and ``soak``
+add them to their parsers; the pytest plugin offers each as ``--preflight-NAME`` and passes it
+through to ``run``. ``preflight.app.targets`` reads them back into records, so every command
+refuses the same bad input with the same message. Nothing heavy is imported here: every pytest
+session loads the plugin, and with it this table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from preflight.knowledge.datafile import positive
+
+
+@dataclass(frozen=True)
+class Option:
+    flags: tuple[str, ...]
+    kwargs: dict[str, Any]
+    # Offered by the pytest plugin as --preflight-<name> (a path option is resolved against
+    # where pytest was started); None: not offered there.
+    pytest_name: str | None = None
+    is_path: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.kwargs.get("dest") or self.flags[0].lstrip("-").replace("-", "_")
+
+
+TARGETS = (
+    Option(("--hosts",), dict(metavar="FILE", type=Path,
+                              help="hosts file: [user@]host[:port] per line, ranges like gpu[001-016]"),
+           "hosts", True),
+    Option(("-H",), dict(dest="host_list", metavar="HOSTS", help="hosts inline: a,b,gpu[01-04]")),
+    Option(("--local",), dict(action="store_true",
+                              help="this machine, without SSH (the default with no hosts)"), "local"),
+)
+SSH = (
+    Option(("--user",), dict(help="SSH user (default: ssh config, then the current user)"), "user"),
+    Option(("--port",), dict(type=positive(int), help="SSH port (default: ssh config, then 22)"), "port"),
+    Option(("--identity", "-i"), dict(type=Path, metavar="KEY", help="SSH private key"), "identity", True),
+    Option(("--ssh-config",), dict(type=Path, metavar="FILE", help="OpenSSH client config (default: ~/.ssh/config)"),
+           "ssh-config", True),
+    Option(("--known-hosts",), dict(type=Path, metavar="FILE", help="extra known_hosts file"), "known-hosts", True),
+    Option(("--accept-new-host-keys",), dict(action="store_true",
+                                             help="accept host keys not in known_hosts (default: reject them)"),
+           "accept-new-host-keys"),
+    Option(("--connect-timeout",), dict(type=positive(float), default=10.0, metavar="SECONDS",
+                                        help="seconds to connect (default 10)"), "connect-timeout"),
+)
+OUTPUT = (
+    Option(("--out",), dict(metavar="DIR", type=Path, default=Path("reports"),
+                            help="where run directories go (default: ./reports)"), "out", True),
+    Option(("--run-id",), dict(help="name of the run directory (default: a timestamp)")),
+    Option(("-q", "--quiet"), dict(action="store_true", help="no terminal summary")),
+)
+
+
+def add(parser: argparse.ArgumentParser, options: tuple[Option, ...], title: str | None = None,
+        exclusive: bool = False) -> None:
+    group: Any = parser.add_argument_group(title) if title else parser
+    if exclusive:
+        group = group.add_mutually_exclusive_group()
+    for o in options:
+        group.add_argument(*o.flags, **o.kwargs)
+
+
+def add_targets(parser: argparse.ArgumentParser) -> None:
+    add(parser, TARGETS, exclusive=True)
+
+
+def add_ssh(parser: argparse.ArgumentParser) -> None:
+    add(parser, SSH, "SSH")
+
+
+def add_output(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    add(parser, tuple(o for o in OUTPUT if o.dest not in skip))
+
+
+# ---- the pytest plugin's view of the same options ----------------------------------------
+
+PYTEST_PASSED = tuple(o for o in TARGETS + SSH + OUTPUT if o.pytest_name)
+
+
+def pytest_flag(o: Option) -> str:
+    return f"--preflight-{o.pytest_name}"
+
+
+def pytest_dest(o: Option) -> str:
+    return "preflight_" + o.pytest_name.replace("-", "_")

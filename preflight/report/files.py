@@ -1,0 +1,34 @@
+"""The report files of a run directory, each written whole or not at all."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from preflight.model import Analysis
+from preflight.report import html as html_report
+from preflight.report import json_report, junit, markdown
+
+
+def write_reports(run_dir: Path, analysis: Analysis, html: bool = True) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    writers = [("report.json", json_report.render), ("report.md", markdown.render), ("junit.xml", junit.render)]
+    if html:
+        plots = soak_plot_bytes(run_dir, analysis.meta.get("soak_plots") or {})
+        writers.append(("report.html", lambda a: html_report.render(a, plots)))
+    for name, render in writers:
+        write_atomic(run_dir / name, render(analysis))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Readers (node_exporter, a browser, CI) never see a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def soak_plot_bytes(run_dir: Path, named: dict[str, str]) -> dict[str, bytes]:
+    """The PNGs named by ``analysis.meta["soak_plots"]`` (host -> path relative to the run
+    directory, as ``preflight.soak.plots.plot_soak`` wrote them), for embedding in report.html;
+    one that is gone is left out rather than failing the reports."""
+    return {host: (run_dir / rel).read_bytes() for host, rel in named.items() if (run_dir / rel).is_file()}
