@@ -110,8 +110,7 @@ def _group(events) -> str:
 
 # Besides the log: where the NICs sit (ethtool, lspci, mlxfwmanager), and their firmware and
 # driver, whose verdict decides the action for firmware timeouts.
-@host_check("mlx5-kernel-log", facts=["kernel_log", "driver_release", "nic_matrix", "nics"],
-            probes=["lspci"],
+@host_check("mlx5-kernel-log", facts=["kernel_log", "driver_release", "nic_matrix", "nics", "lspci"],
             summary="no ConnectX firmware timeouts, probe failures, module mismatches or slow NIC PCIe links")
 def mlx5_kernel_log(host):
     log = host.kernel_log
