@@ -155,3 +155,11 @@ def test_built_in_checks_read_only_the_facts_they_declare():
             assert not undeclared, f"{check.id} on {host} reads undeclared fact(s) {sorted(undeclared)}"
             checked += bool(asked)
     assert checked > 50
+
+
+def test_facts_command_lists_each_fact_with_its_probes(capsys):
+    assert main(["facts"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "nics ``Nic`` records" in out
+    assert "probes: ibv-devinfo, ibstat, mlxfwmanager, ib-sysfs, ethtool-i" in out  # catalogue order
+    assert "smi_evidence" not in out

@@ -1,4 +1,4 @@
-"""Command line: ``preflight run | analyze | checks | explain | diff``.
+"""Command line: ``preflight run | analyze | checks | facts | explain | diff | soak``.
 
 Exit codes (contract): 0 nothing failed (warnings allowed), 1 a check failed or a host could
 not be checked, 2 bad input or usage. Bad input is refused before anything runs or is
@@ -28,6 +28,7 @@ from preflight.diagnose.engine import load_knowledge
 from preflight.diagnose.explain import UnknownCause, explain, list_causes
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.evidence.bundle import read_bundle
+from preflight.judge.facts import FACTS, probes_of
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.datafile import positive
 from preflight.knowledge.profiles import load_profiles
@@ -104,8 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("bundle", type=Path, help="a bundle directory, or a run directory holding bundle/")
     _common_analysis_options(an)
 
-    ch = sub.add_parser("checks", help="list the checks and the probes they need")
+    ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need")
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
+    sub.add_parser("facts", help="list the parsed facts a check can read, with their probes")
 
     ex = sub.add_parser("explain", help="what a cause means, what points to it, what to do")
     ex.add_argument("cause", nargs="?", help="a cause id, e.g. nic-fw-driver-mismatch")
@@ -139,7 +141,19 @@ def _load_profiles(args):
 
 def cmd_checks(args, console: Console) -> int:
     for c in load_checks(args.checks_dir):
-        console.print(f"[bold]{c.id}[/] ({c.scope}) {c.summary}\n    probes: {', '.join(c.probes)}",
+        reads = (f"\n    facts: {', '.join(c.facts)}" if c.facts else "") + (
+            f"\n    probes: {', '.join(c.probes)}" if c.probes else "")
+        console.print(f"[bold]{c.id}[/] ({c.scope}) {c.summary}{reads}", highlight=False)
+    return EXIT_OK
+
+
+def cmd_facts(args, console: Console) -> int:
+    """The facts a check can name, each with the probes it is derived from."""
+    for name, fact in FACTS.items():
+        if name.endswith("_evidence"):
+            continue  # the (probe, record) pairs behind two public facts each
+        probes = [p for p in PROBES if p in probes_of([name])]
+        console.print(f"[bold]{name}[/] {fact.doc}\n    probes: {', '.join(probes) or '(none: the profile)'}",
                       highlight=False)
     return EXIT_OK
 
@@ -289,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
     from preflight.soak.controller import cmd_soak  # rich.live and pandas: only for `soak`
 
-    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "soak": cmd_soak,
+    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts, "soak": cmd_soak,
                 "explain": cmd_explain, "diff": cmd_diff}
     try:
         return handlers[args.command](args, console)
