@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import re
 
-from preflight.judge.context import EvidenceMissing
 from preflight.check import error, fail, host_check, ok, skip
+from preflight.judge.context import EvidenceMissing
 
 _ZERO_UUID = re.compile(r"[0-]+")
 # nvidia-smi -q label -> nvidia-smi -q -x tag, for evidence lines

@@ -24,6 +24,7 @@ def gpu_inventory(host):
                     f"{host.profile.why}", data=data)
     if seen < expected:
         return fail(f"{seen} of {expected} GPUs visible ({versions})", symptoms=["gpu-missing"],
-                    evidence=[host.excerpt(host.smi_probe, r"[Aa]ttached GPUs|<attached_gpus>|Product Name|product_name")],
+                    evidence=[host.excerpt(host.smi_probe,
+                                           r"[Aa]ttached GPUs|<attached_gpus>|Product Name|product_name")],
                     data=data)
     return ok(f"{seen} x {', '.join(models)} ({versions})", data=data)

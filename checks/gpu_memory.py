@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from preflight.model import Evidence
 from preflight.check import Outcome, fail, host_check, ok, skip, warn
+from preflight.model import Evidence
 
 
 @dataclass(frozen=True)

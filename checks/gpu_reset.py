@@ -19,8 +19,8 @@ reports either view (drivers before 535, excerpts without those sections).
 
 from __future__ import annotations
 
-from preflight.model import Evidence
 from preflight.check import fail, host_check, ok, skip, warn
+from preflight.model import Evidence
 
 _ORDER = {"fail": 0, "warn": 1, "pass": 2}
 ACTIONS = {

@@ -25,9 +25,9 @@ A port of an unknown adapter is judged with a warning; other adapters are not ju
 
 from __future__ import annotations
 
+from preflight.check import fail, host_check, ok, skip, warn
 from preflight.judge.context import EvidenceMissing
 from preflight.knowledge.nic_matrix import expects_nics
-from preflight.check import fail, host_check, ok, skip, warn
 
 FACTS = ["ib", "ib_probe", "nics"]
 PORT_LINES = r"[Ss]tate|[Rr]ate:|lid|[Ll]ink[ _]layer|active_width|active_speed"
@@ -192,11 +192,13 @@ def ib_link_degraded(host):
                              data={"expected_gbps": want, "ports": unknown}))
     if unread:
         outcomes.append(warn(f"rate not reported for {', '.join(unread)} ({source}: output cut short, or "
-                             "ibv_devinfo run without -v, which prints no width or speed)", symptoms=["probe-unreadable"],
+                             "ibv_devinfo run without -v, which prints no width or speed)",
+                             symptoms=["probe-unreadable"],
                              evidence=evidence["unread"][:4]))
     if outcomes:
         return outcomes
     if not fine:
         return skip(f"no active {fabric} port to judge ({others} port(s) of other adapters; see ib-port-down)")
     return ok(f"{len(fine)} port(s) at >= {want:g} Gb/s ({source})" + (f"; {others} port(s) of other adapters "
-              "not judged" if others else ""), evidence=[host.excerpt(host.ib_probe, r"Rate:|rate:|active_speed", limit=2)])
+              "not judged" if others else ""),
+              evidence=[host.excerpt(host.ib_probe, r"Rate:|rate:|active_speed", limit=2)])

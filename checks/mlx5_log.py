@@ -29,10 +29,10 @@ judged as current, since nothing in the log says it was dealt with.
 
 from __future__ import annotations
 
-from preflight.judge.context import EvidenceMissing
-from preflight.model import Evidence
-from preflight.knowledge.nic_matrix import OLDER, PIN_MISMATCH, UNSUPPORTED, judge
 from preflight.check import fail, host_check, ok, warn
+from preflight.judge.context import EvidenceMissing
+from preflight.knowledge.nic_matrix import OLDER, PIN_MISMATCH, UNSUPPORTED, judge
+from preflight.model import Evidence
 
 PROBE = "kernel-log"
 FW_HANG = ("mlx5-cmd-timeout", "mlx5-health-compromised", "mlx5-fw-syndrome", "mlx5-fw-unresponsive",

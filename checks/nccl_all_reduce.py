@@ -43,11 +43,11 @@ import re
 from collections import Counter
 from statistics import mean, median, stdev
 
-from preflight.model import Evidence
+from preflight.check import error, fail, host_check, ok, skip, warn
 from preflight.collect.nccl import PROBE_ID
+from preflight.model import Evidence
 from preflight.parse.nccl_probe import NcclProbeOutput, Repetition
 from preflight.parse.nccl_tests import NcclRow, NcclRun, largest_row
-from preflight.check import error, fail, host_check, ok, skip, warn
 
 CV_TOLERANCE = 0.05
 LOW_WARN = 0.85  # of the profile's figure
@@ -202,7 +202,7 @@ def _judge_bandwidth(host, passed: list[Repetition], v: _Verdict) -> bool:
                       f"{v.data['repetitions']} repetitions completed)")
         return True
     largest = max(largest_row(run).size_bytes for run in runs)
-    figures = [(rep.number, _busbw(largest_row(run))) for rep, run in zip(passed, runs)
+    figures = [(rep.number, _busbw(largest_row(run))) for rep, run in zip(passed, runs, strict=True)
                if largest_row(run).size_bytes == largest]
     values = [b for _, b in figures]
     middle = median(values)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 
-from preflight.model import Evidence
+from preflight.check import error, fail, fleet_check, ok, skip, warn
 from preflight.collect.multinode import (
     PAIR_PREFIX,
     PROBE_FULL,
@@ -53,8 +53,8 @@ from preflight.collect.multinode import (
     suspects,
 )
 from preflight.collect.nccl import PROBE_ID as SINGLE_NODE_PROBE
+from preflight.model import Evidence
 from preflight.parse.nccl_tests import NcclRun, largest_row
-from preflight.check import error, fail, fleet_check, ok, skip, warn
 
 LOW_WARN = 0.85
 LOW_FAIL = 0.50

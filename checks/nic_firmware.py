@@ -24,9 +24,9 @@ Firmware does not change with load, so an idle node is judged as it is.
 
 from __future__ import annotations
 
+from preflight.check import fail, host_check, ok, skip, warn
 from preflight.judge.context import EvidenceMissing
 from preflight.knowledge.nic_matrix import NEWER, OK, UNDECIDED, driver_label, expects_nics, judge
-from preflight.check import fail, host_check, ok, skip, warn
 
 FW_LINES = r"fw_ver|Firmware version|firmware-version|hca_type|CA type|vendor_part_id|Device Type|^\s*FW\s|<FW "
 # Older, unsupported and pin-mismatch verdicts carry the cause id itself.

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from preflight.check import fail, fleet_check, host_check, ok, skip
 from preflight.judge.context import EvidenceMissing
 from preflight.knowledge.nic_matrix import expects_nics, judge
 from preflight.parse.versions import parse_version
-from preflight.check import fail, fleet_check, host_check, ok, skip
 
 FACTS = ["nics", "driver_release", "nic_matrix"]
 FW_LINES = r"fw_ver|Firmware version|firmware-version|^\s*FW\s|<FW "

@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from itertools import combinations
 
+from preflight.check import error, fail, host_check, ok, skip
 from preflight.judge.context import EvidenceMissing
 from preflight.model import Evidence
-from preflight.check import error, fail, host_check, ok, skip
 
 STATUS = "nvidia-smi-nvlink-status"
 TOPO = "nvidia-smi-topo"

@@ -50,9 +50,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight.check import fail, host_check, ok, skip, warn
 from preflight.judge.context import EvidenceMissing
 from preflight.model import Evidence
-from preflight.check import fail, host_check, ok, skip, warn
 
 _ADDRESS = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?$")
 _GPU_DEVICE = re.compile(r"(?:3D|VGA compatible) controller: NVIDIA")

@@ -33,9 +33,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.model import Evidence
 from preflight.check import fail, host_check, ok, skip, warn
 from preflight.knowledge.xid_catalog import XidEntry, load_xid_catalog
+from preflight.model import Evidence
 
 PROBE = "kernel-log"
 TEARDOWN = 45  # Xid 45: channel torn down, possibly "caused by previous Xid N"

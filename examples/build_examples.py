@@ -30,13 +30,14 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The simulated nodes live with the tests; this script builds the example from them.
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-import nodes
-from simcluster import SimCluster, SimHost
+import nodes  # noqa: E402 - after the sys.path line above
+from simcluster import SimCluster, SimHost  # noqa: E402 - after the sys.path line above
 
-from preflight.app.cli import main
-from preflight.collect.probes import PROBES
+from preflight.app.cli import main  # noqa: E402 - after the sys.path line above
+from preflight.collect.probes import PROBES  # noqa: E402 - after the sys.path line above
 
 OLD_FW = "28.45.1020"  # what DOCA 3.0.0 ships; the nodes run DOCA 3.1.0 (28.46.1006)
 # host -> the faults applied to its healthy node, in order: (function, keyword arguments)

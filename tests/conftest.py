@@ -11,7 +11,6 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-
 from simcluster import SSHD, SimCluster, SimHost
 
 

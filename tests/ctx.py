@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from preflight.judge.analyze import _run_fleet_check, _run_host_check
 from preflight.judge.context import FleetContext, HostContext
-from preflight.model import Finding, ProbeResult
 from preflight.judge.loader import load_checks
 from preflight.knowledge.profiles import load_profiles
+from preflight.model import Finding, ProbeResult
 
 _PROFILES = load_profiles()
 _CHECKS = {c.id: c for c in load_checks(use_entry_points=False)}

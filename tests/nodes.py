@@ -323,7 +323,7 @@ def _bw(gbs: float) -> str:
 def _aligned(line: str, tokens: list[str]) -> str:
     """``line`` with its whitespace-separated fields replaced, each right-aligned where the old one ended."""
     fields = re.findall(r"\s*\S+", line)
-    return "".join(new.rjust(len(old)) for old, new in zip(fields, tokens))
+    return "".join(new.rjust(len(old)) for old, new in zip(fields, tokens, strict=True))
 
 
 # ---------------------------------------------------------------------------------- the node

@@ -150,7 +150,7 @@ class SimCluster:
         )
         self._lease.record(self._resources)
         self.bridge = self._resources.bridge
-        self.namespaces = dict(zip((h.name for h in self.hosts), self._resources.netns))
+        self.namespaces = dict(zip((h.name for h in self.hosts), self._resources.netns, strict=True))
         self._write_files(simdir)
         _network_up(self._resources, subnet)
         self._hosts_up(simdir)
@@ -500,7 +500,7 @@ def _public_key(private_key: Path) -> str:
 def _network_up(res: _Resources, subnet: int) -> None:
     # Links are created down, so no frame (not even IPv6 link-local) is sent before IPv6 is off.
     create = [f"link add {res.bridge} type bridge"]
-    for link, netns in zip(res.links, res.netns):
+    for link, netns in zip(res.links, res.netns, strict=True):
         create += [f"netns add {netns}", f"link add {link} type veth peer name eth0 netns {netns}"]
     _ip_batch(create)
     for dev in (res.bridge, *res.links):

@@ -14,15 +14,15 @@ import pytest
 from derived import CORPUS, h200_node_xml
 from test_cli import write_bundle
 
-from preflight.pytest.acceptance import MissingResult, Report, ReportError
-from preflight.diagnose.analysis import analyze
-from preflight.evidence.bundle import read_bundle
 from preflight.app.cli import main
+from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import load_knowledge
-from preflight.model import Status
-from preflight.parse.nvidia_smi import reasons_from_bitmask
+from preflight.evidence.bundle import read_bundle
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.profiles import load_profiles
+from preflight.model import Status
+from preflight.parse.nvidia_smi import reasons_from_bitmask
+from preflight.pytest.acceptance import MissingResult, Report, ReportError
 from preflight.report import json_report
 
 A100_8GPU = CORPUS / "nccl-tests" / "a100-sxm4-40gb-8gpu-allreduce-old-format-validation0.txt"

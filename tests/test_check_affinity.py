@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from ctx import make_host, run_check
+
 from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
 

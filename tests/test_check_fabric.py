@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ctx import make_host, run_check
 from derived import H100_TEXT, h100_node_text, h200_node_xml, node_nvlink_status, with_fabric
+
 from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
 

@@ -4,9 +4,9 @@ of the real H200 node (tests/derived.py: one value of one GPU changed per scenar
 from pathlib import Path
 
 import pytest
-
 from ctx import make_host, result, run_check
 from derived import h200_node_xml, with_gpu_values
+
 from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
 

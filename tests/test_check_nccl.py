@@ -20,16 +20,16 @@ import pytest
 from ctx import make_host, result, run_check
 
 from preflight.app.cli import main
-from preflight.judge.context import HostContext
-from preflight.diagnose.engine import diagnose, load_knowledge
-from preflight.model import Finding, Status
-from preflight.collect.nccl import FALLBACK_SOURCE, PROBE_ID, NcclOptions, parse_size, probe_timeout, with_options
-from preflight.parse.nccl_probe import parse_probe_output
-from preflight.judge.loader import load_checks
-from preflight.collect.probes import PROBES
-from preflight.knowledge.profiles import Profile
 from preflight.app.run import probes_for
+from preflight.collect.nccl import FALLBACK_SOURCE, PROBE_ID, NcclOptions, parse_size, probe_timeout, with_options
+from preflight.collect.probes import PROBES
 from preflight.collect.ssh import remote_command
+from preflight.diagnose.engine import diagnose, load_knowledge
+from preflight.judge.context import HostContext
+from preflight.judge.loader import load_checks
+from preflight.knowledge.profiles import Profile
+from preflight.model import Finding, Status
+from preflight.parse.nccl_probe import parse_probe_output
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 A100 = (CORPUS / "nccl-tests" / "a100-sxm4-40gb-8gpu-allreduce-old-format-validation0.txt").read_text()

@@ -17,8 +17,8 @@ from derived import (
 )
 
 from preflight.diagnose.analysis import analyze
-from preflight.evidence.bundle import FORMAT, read_bundle
 from preflight.diagnose.engine import load_knowledge
+from preflight.evidence.bundle import FORMAT, read_bundle
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.profiles import load_profiles
 from preflight.report import json_report

@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
-
 from ctx import make_host, result, run_check
 from derived import ALL_LINKS_INACTIVE, H100_NVLINK, links_unretrievable, node_nvlink_status, set_link
+
 from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
 

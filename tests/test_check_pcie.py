@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from ctx import make_host, result, run_check
 from derived import h200_node_xml, with_gpu_values
+
 from preflight.model import Status
 
 CHECK = "pcie-link"

@@ -4,11 +4,11 @@ real corpus lines with one value changed, or lines quoted in FACTS.md §5.1; eac
 from pathlib import Path
 
 import pytest
-
 from ctx import make_host, result, run_check
+
 from preflight.diagnose.engine import diagnose, load_knowledge
-from preflight.model import Status
 from preflight.knowledge.xid_catalog import XidCatalogError, load_xid_catalog
+from preflight.model import Status
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 LOGS = CORPUS / "kernel-log"

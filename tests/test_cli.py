@@ -4,10 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
-
 from derived import h200_node_xml
-from preflight.evidence.bundle import FORMAT
+
 from preflight.app.cli import main
+from preflight.evidence.bundle import FORMAT
 
 
 def write_bundle(root: Path, hosts: dict[str, dict[str, object]]) -> Path:

@@ -46,9 +46,9 @@ from nodes import (
 )
 
 from preflight.app.cli import main
+from preflight.collect.probes import PROBES
 from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.judge.loader import load_checks
-from preflight.collect.probes import PROBES
 
 root = pytest.mark.root
 OLD_FW = "28.45.1020"  # what DOCA 3.0.0 ships: older than the 28.46.1006 of the nodes' DOCA 3.1.0

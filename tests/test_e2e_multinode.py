@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 
 import pytest
-
 from derived import H200_RUN, h200_node_xml, mpirun_all_reduce, tagged_warn
-from preflight.app.cli import main
 from simcluster import Reply, SimHost
+
+from preflight.app.cli import main
 
 pytestmark = pytest.mark.root
 

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from derived import h200_node_text, h200_node_xml
-from preflight.app.cli import main
 from simcluster import Reply, SimHost
+
+from preflight.app.cli import main
 
 pytestmark = pytest.mark.root
 
@@ -106,7 +106,7 @@ def test_unknown_host_key_is_refused_by_default(sim_cluster, tmp_path):
 
 
 def test_hostile_host_names_never_reach_a_shell(sim_cluster, tmp_path):
-    cluster = sim_cluster([gpu_node("gpu01")])
+    sim_cluster([gpu_node("gpu01")])  # a real host beside the hostile line
     marker = tmp_path / "pwned"
     hosts = tmp_path / "hosts.txt"
     hosts.write_text(f"gpu01\n$(touch {marker})\n")
@@ -118,9 +118,9 @@ def test_large_outputs_arrive_whole_over_ssh(sim_cluster, tmp_path):
     """sshd may send the exit status while output still waits behind the flow-control
     window; the executor must read to end-of-file (a 160 KiB output was once cut short)."""
     from preflight.collect.fanout import ExecPlan, run_fleet, ssh_nodes
-    from preflight.collect.ssh import SshOptions
     from preflight.collect.inventory import load_hosts_file
     from preflight.collect.probes import PROBES
+    from preflight.collect.ssh import SshOptions
 
     big = (h200_node_xml(8) * 12).encode()  # ~2 MB, many windows' worth
     blob = tmp_path / "big.xml"

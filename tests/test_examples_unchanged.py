@@ -23,5 +23,5 @@ def test_example_verdicts_unchanged(example, tmp_path):
     assert got["hosts"] == want["hosts"]
     assert got["diagnoses"] == want["diagnoses"]
     assert len(got["findings"]) == len(want["findings"])
-    for mine, theirs in zip(got["findings"], want["findings"]):
+    for mine, theirs in zip(got["findings"], want["findings"], strict=True):
         assert mine == theirs

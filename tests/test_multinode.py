@@ -12,16 +12,9 @@ from __future__ import annotations
 import shlex
 
 import pytest
-
-from preflight.collect.node import CommandResult
-
 from ctx import _CHECKS, make_host
 from derived import CORPUS, H200_RUN, mpirun_all_reduce, tagged_warn
-from preflight.judge.analyze import _run_fleet_check
-from preflight.evidence.bundle import FLEET_HOST
-from preflight.judge.context import FleetContext
-from preflight.diagnose.engine import diagnose, load_knowledge
-from preflight.model import ProbeResult, Status
+
 from preflight.collect.multinode import (
     PROBE_FULL,
     PROBE_INTER,
@@ -35,6 +28,12 @@ from preflight.collect.multinode import (
     run_stage,
     suspects,
 )
+from preflight.collect.node import CommandResult
+from preflight.diagnose.engine import diagnose, load_knowledge
+from preflight.evidence.bundle import FLEET_HOST
+from preflight.judge.analyze import _run_fleet_check
+from preflight.judge.context import FleetContext
+from preflight.model import ProbeResult, Status
 
 NCCL = CORPUS / "nccl-tests"
 HOSTS = ["gpu01", "gpu02", "gpu03", "gpu04"]

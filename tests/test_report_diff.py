@@ -10,9 +10,9 @@ from test_check_nccl import A100, judge, probe_output, scale_a100_busbw
 from test_cli import write_bundle
 from test_report_html import golden_analysis, golden_hosts
 
-from preflight.model import Analysis, HostVerdict
 from preflight.app.cli import main
 from preflight.diagnose.engine import diagnose, load_knowledge
+from preflight.model import Analysis, HostVerdict
 from preflight.report import json_report
 from preflight.report.diff import (
     FigureChange,

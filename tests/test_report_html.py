@@ -31,14 +31,13 @@ import soak_scenarios
 from derived import h200_node_xml, with_gpu_values
 from test_cli import write_bundle
 
-from preflight.diagnose.analysis import analyze
-from preflight.model import Analysis
-from preflight.evidence.bundle import read_bundle
 from preflight.app.cli import main
+from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import load_knowledge
-from preflight.model import Evidence, Finding, Status
+from preflight.evidence.bundle import read_bundle
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.profiles import load_profiles
+from preflight.model import Analysis, Evidence, Finding, Status
 from preflight.report import html, junit, markdown
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -205,8 +204,7 @@ def test_evidence_text_is_escaped():
 
 
 def test_a_diagnosis_of_many_hosts_names_the_first_and_counts_the_rest():
-    from preflight.model import HostVerdict
-    from preflight.model import Diagnosis
+    from preflight.model import Diagnosis, HostVerdict
 
     hosts = tuple(f"gpu{i:03d}" for i in range(1, 41))
     analysis = Analysis({h: HostVerdict("fail", True, "hgx-h200", "t") for h in hosts}, [],
@@ -327,7 +325,10 @@ def test_report_renders_in_headless_chromium(golden, plot_files, tmp_path):
     colours = image.getcolors(maxcolors=1 << 20)
     assert len(colours) > 50  # text, borders, badges: far from a blank page
     present = {c for _, c in colours}
-    near = lambda rgb: any(sum(abs(a - b) for a, b in zip(rgb, c)) < 12 for c in present)
+
+    def near(rgb):
+        return any(sum(abs(a - b) for a, b in zip(rgb, c, strict=True)) < 12 for c in present)
+
     assert near((0xb3, 0x26, 0x1e)) and near((0x1e, 0x7b, 0x34))  # the fail and pass badges
     image.save(tmp_path / "shot-checked.png")
     if os.environ.get("PREFLIGHT_KEEP_SCREENSHOT"):

@@ -9,9 +9,8 @@ from derived import h200_node_xml
 from test_cli import write_bundle
 from test_report_html import golden_analysis
 
-from preflight.model import Analysis, HostVerdict
 from preflight.app.cli import main
-from preflight.model import Finding, Status
+from preflight.model import Analysis, Finding, HostVerdict, Status
 from preflight.report import prometheus
 
 # The text exposition format: `name{label="value",...} number`, label values with \\ \" \n escaped.

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from ctx import make_host, run_check
 
-from preflight.node import torch_allreduce as ta
-from preflight.model import Status
 from preflight.collect.nccl import FALLBACK_SOURCE, PROBE_ID, NcclOptions, with_options
+from preflight.model import Status
+from preflight.node import torch_allreduce as ta
 from preflight.parse.nccl_probe import parse_probe_output
 from preflight.parse.nccl_tests import parse_nccl_tests
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from preflight.parse.mlnx import parse_ethtool_i, parse_modinfo, parse_mlxfwmanager, parse_ofed_info
+from preflight.parse.mlnx import parse_ethtool_i, parse_mlxfwmanager, parse_modinfo, parse_ofed_info
 from preflight.parse.versions import Version, driver_release, parse_version
 
 ROOT = Path(__file__).parent.parent

@@ -23,8 +23,8 @@ The criteria, one test each:
 - one hour of soak without thermal slowdown, and throughput decay under 5 %.
 """
 
-from preflight.pytest.acceptance import MissingResult
 from preflight.knowledge.profiles import load_profiles
+from preflight.pytest.acceptance import MissingResult
 
 # The contract's numbers: a site edits these, not the tests.
 SOAK_MIN_S = 3600

@@ -23,10 +23,10 @@ from preflight.collect.multinode import NODE_DIR, MultinodeOptions
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
 from preflight.collect.nccl import NcclOptions, parse_size
 from preflight.collect.probes import PROBES
+from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import load_knowledge
 from preflight.diagnose.explain import UnknownCause, explain, list_causes
-from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.evidence.bundle import read_bundle
 from preflight.judge.facts import FACTS, probes_of
 from preflight.judge.loader import load_checks, select

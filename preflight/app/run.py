@@ -15,20 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from preflight import __version__
-from preflight.collect.local import local_host_name
-from preflight.evidence.bundle import new_run_id
-from preflight.diagnose.analysis import analyze
-from preflight.model import Analysis
-from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability, read_bundle
-from preflight.diagnose.engine import KnowledgeBase
 from preflight.collect.fanout import ExecPlan, run_fleet, run_node, ssh_nodes
-from preflight.collect.local import LocalNode
-from preflight.model import Host, ProbeResult
+from preflight.collect.local import LocalNode, local_host_name
 from preflight.collect.multinode import MultinodeOptions, run_multinode
-from preflight.judge.loader import CheckLoadError
-from preflight.model import Check
 from preflight.collect.probes import PROBES, Probe
+from preflight.diagnose.analysis import analyze
+from preflight.diagnose.engine import KnowledgeBase
+from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability, new_run_id, read_bundle
+from preflight.judge.loader import CheckLoadError
 from preflight.knowledge.profiles import Profile
+from preflight.model import Analysis, Check, Host, ProbeResult
 from preflight.report.files import write_atomic, write_reports
 
 # Re-exported: their homes are lower layers now (collect.local, evidence.bundle, report.files).

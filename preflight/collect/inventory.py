@@ -101,9 +101,9 @@ def load_hosts_file(path: Path) -> list[Host]:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise InventoryInvalid([InventoryError(str(path), 0, "", f"cannot read: {exc.strerror}")])
+        raise InventoryInvalid([InventoryError(str(path), 0, "", f"cannot read: {exc.strerror}")]) from None
     except UnicodeDecodeError:
-        raise InventoryInvalid([InventoryError(str(path), 0, "", "not a text file")])
+        raise InventoryInvalid([InventoryError(str(path), 0, "", "not a text file")]) from None
     hosts = parse_hosts_text(text, str(path))
     if not hosts:
         raise InventoryInvalid([InventoryError(str(path), 0, "", "no hosts in file")])

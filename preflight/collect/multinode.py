@@ -46,14 +46,14 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from preflight.collect.node import Node, now_iso
-from preflight.collect.ssh import SshNode, SshOptions
-from preflight.model import Host, ProbeResult
 from preflight.collect import scripts
 from preflight.collect.nccl import KILL_AFTER_S, NcclOptions
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
-from preflight.parse.nccl_probe import NcclProbeOutput, parse_probe_output
+from preflight.collect.node import Node, now_iso
+from preflight.collect.ssh import SshNode, SshOptions
+from preflight.model import Host, ProbeResult
 from preflight.parse import ParseError
+from preflight.parse.nccl_probe import NcclProbeOutput, parse_probe_output
 from preflight.parse.nvidia_smi import parse_smi_xml
 
 PROBE_FULL = "nccl-multinode"
@@ -317,7 +317,7 @@ def _run_pairs(pairs: Sequence[tuple[str, str]], run: Callable[[str, str], bool]
     lock = threading.Lock()
     for batch in _disjoint_batches(pairs):
         with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-            for pair, ok in zip(batch, pool.map(lambda p: run(*p), batch)):
+            for pair, ok in zip(batch, pool.map(lambda p: run(*p), batch), strict=True):
                 with lock:
                     outcomes[pair] = ok
     return outcomes

@@ -11,9 +11,10 @@ multi-node all_reduce stage and the soak controller all reach nodes through this
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Protocol, Sequence
+from typing import Protocol
 
 # `timeout -k`: how long after SIGTERM a command that ignores it gets SIGKILL.
 KILL_AFTER_S = 5

@@ -181,7 +181,7 @@ def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int |
         if not eof:
             try:
                 data = chan.recv(1 << 16)
-            except socket.timeout:
+            except TimeoutError:
                 data = None
             if data == b"":
                 eof = True

@@ -17,13 +17,12 @@ tool is absent; the ``.json`` says which.
 
 from __future__ import annotations
 
-import secrets
-from datetime import datetime, timezone
-
 import json
 import os
 import re
+import secrets
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from preflight.model import ProbeResult

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE
-from preflight.parse.nccl_probe import parse_probe_output
 from preflight.judge.missing import EvidenceMissing, why_missing
 from preflight.knowledge import nic_matrix
 from preflight.model import Evidence
 from preflight.parse import ParseError, ibverbs, kernel_log, lspci, mlnx, nvidia_smi, nvlink, topo, versions
+from preflight.parse.nccl_probe import parse_probe_output
 
 if TYPE_CHECKING:  # the context reads this table; facts only receive contexts
     from preflight.judge.context import HostContext

@@ -230,7 +230,8 @@ def build(data: dict[str, Any], files: tuple[str, ...] = ()) -> NicMatrix:
         releases = tuple(
             Release(r["release"], stack, _optional_version(r.get("ofed"), f"{where}: {r['release']} ofed"),
                     _optional_version(r.get("doca"), f"{where}: {r['release']} doca"),
-                    {fam: _cell(c or {}, f"{where}: {r['release']} {fam}") for fam, c in (r.get("firmware") or {}).items()},
+                    {fam: _cell(c or {}, f"{where}: {r['release']} {fam}")
+                     for fam, c in (r.get("firmware") or {}).items()},
                     r.get("source", ""), r.get("note"))
             for stack in ("mlnx_ofed", "doca") for r in data.get(stack) or [])
         floors = tuple(Floor(f["family"], _version(f["version"], f"{where}: floor"), f.get("kind", ""),

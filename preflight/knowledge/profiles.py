@@ -53,7 +53,7 @@ class Profile:
     def gpu_count(self) -> int | None:
         return self.get("gpu.count")
 
-    def chosen(self, why: str) -> "Profile":
+    def chosen(self, why: str) -> Profile:
         return Profile(self.id, self.name, self.data, self.source_file, why)
 
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
 
 from preflight.parse import ParseError
 from preflight.parse.smi_text import TextNode, normalise_label, read_sections
@@ -433,7 +433,7 @@ def _snake(label: str) -> str:
 
 # --- Shared builder: raw strings in, typed records out -------------------------------------
 
-_Lookup = Callable[[_Field], Optional[str]]
+_Lookup = Callable[[_Field], str | None]
 
 
 class _Reader:

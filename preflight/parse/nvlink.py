@@ -237,7 +237,7 @@ def _gpu_block(header: re.Match[str]) -> _Block:
 def _support(block: _Block, notes: list[str]) -> tuple[bool | None, str | None, str | None]:
     """(supported, reason, message) from the block's links and non-link lines."""
     numbers = sorted({number for number, _ in block.links})
-    gaps = [f"{a}->{b}" for a, b in zip(numbers, numbers[1:]) if b != a + 1]
+    gaps = [f"{a}->{b}" for a, b in zip(numbers, numbers[1:], strict=False) if b != a + 1]
     if gaps:
         notes.append(f"GPU {block.index}: link numbers jump {', '.join(gaps)} (lines elided?)")
     message = " ".join(block.messages) or None

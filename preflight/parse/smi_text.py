@@ -23,8 +23,8 @@ section nests ``Type``/``Name`` under ``Process ID : 11327``. Labels repeat (one
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 # The separator is the first colon followed by whitespace or the end of the line, so a
 # bare "GPU 00000000:00:06.0" header (colons followed by digits) stays a section label.

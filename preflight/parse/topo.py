@@ -159,7 +159,7 @@ def parse_topo(text: str) -> TopoMatrix:
     # A P2P matrix, or a header without affinity columns, has no affinity to report.
     affinity = tuple(
         _affinity(row.name, tail, labels, notes)
-        for row, tail in zip(rows, tails)
+        for row, tail in zip(rows, tails, strict=True)
         if _GPU.fullmatch(row.name) and (labels or (labels is None and tail))
     )
     p2p = any(_P2P_CELL.fullmatch(cell) for row in rows for cell in row.links)
@@ -294,7 +294,7 @@ def _affinity(
             tokens[:1] = list(split)
     if len(tokens) != len(labels):
         notes.append(f"{gpu}: {len(tokens)} affinity fields for {len(labels)} columns: {tail}")
-    values = {label: (None if value == "N/A" else value) for label, value in zip(labels, tokens)}
+    values = {label: (None if value == "N/A" else value) for label, value in zip(labels, tokens, strict=False)}
     numa_id = values.get("GPU NUMA ID")
     return GpuAffinity(
         gpu=gpu,

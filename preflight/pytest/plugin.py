@@ -49,8 +49,8 @@ from typing import Any
 import pytest
 
 from preflight.app import options
-from preflight.pytest.acceptance import Report
 from preflight.model import Diagnosis, Finding, Status, worst
+from preflight.pytest.acceptance import Report
 
 FLEET = "fleet"  # host label of findings about the fleet as a whole
 _WORKER_REPORT = "preflight_report"
@@ -276,7 +276,8 @@ class PreflightItem(pytest.Item):
         if status is Status.FAIL:
             raise PreflightFailure(self.case.message)
         if status is Status.WARN:
-            warnings.warn(PreflightWarning(f"{self.case.host or FLEET} {self.case.check}: {self.case.message}"))
+            warnings.warn(PreflightWarning(f"{self.case.host or FLEET} {self.case.check}: {self.case.message}"),
+                          stacklevel=2)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, PreflightFailure):

@@ -51,7 +51,8 @@ class FigureChange:
 
     @property
     def unit(self) -> str:
-        return next((unit for suffix, unit in _UNITS if self.name.endswith(suffix) and len(self.name) > len(suffix)), "")
+        return next((unit for suffix, unit in _UNITS
+                     if self.name.endswith(suffix) and len(self.name) > len(suffix)), "")
 
     def text(self) -> str:
         unit = f" {self.unit}" if self.unit else ""

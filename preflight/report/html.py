@@ -27,8 +27,7 @@ from collections import Counter
 from collections.abc import Mapping
 from html import escape
 
-from preflight.model import Analysis
-from preflight.model import Finding, Status
+from preflight.model import Analysis, Finding, Status
 
 _ORDER = ("fail", "error", "warn", "pass", "skip")
 # Inventory-like data keys whose values group hosts: versions, firmware, models. (The
@@ -241,7 +240,8 @@ def _hosts_table(analysis: Analysis, ids: _Ids) -> str:
         bad = [f for f in analysis.findings if f.host == host and f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
         links = ", ".join(f'<a href="#{ids.finding[id(f)]}">{_e(f.check)}</a>' for f in bad) or "-"
         reach = "" if v.reachable else ' <span class="muted">(unreachable)</span>'
-        out.append(f'<tr><td class="nw"><a href="#{ids.host[host]}">{_e(host)}</a>{reach}</td><td>{_badge(v.status)}</td>'
+        out.append(f'<tr><td class="nw"><a href="#{ids.host[host]}">{_e(host)}</a>{reach}</td>'
+                   f'<td>{_badge(v.status)}</td>'
                    f'<td class="nw" title="{_e(v.profile_why)}">{_e(v.profile)}</td><td>{links}</td></tr>')
     out.append("</table></section>")
     return "".join(out)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from preflight.model import Analysis
-from preflight.model import Status
+from preflight.model import Analysis, Status
 
 
 def render(analysis: Analysis) -> str:

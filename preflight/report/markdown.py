@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from preflight.model import Analysis
-from preflight.model import Status
+from preflight.model import Analysis, Status
 
 _ICON = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "error": "ERROR", "skip": "SKIP"}
 

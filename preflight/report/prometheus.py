@@ -23,8 +23,7 @@ import math
 from collections.abc import Iterable
 from datetime import datetime
 
-from preflight.model import Analysis
-from preflight.model import Status, worst
+from preflight.model import Analysis, Status, worst
 
 _METRICS = (
     ("preflight_run_timestamp_seconds", "When the evidence of this run was collected (Unix time)."),

@@ -9,8 +9,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from preflight.model import Analysis
-from preflight.model import Status
+from preflight.model import Analysis, Status
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "skip": "dim"}
 _LIST_PASSING_UP_TO = 16
