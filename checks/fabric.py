@@ -3,7 +3,7 @@
 Input: the ``Fabric`` section of ``nvidia-smi -q`` / ``<fabric>`` of ``-q -x`` (State, Status,
 CliqueId, ClusterUUID, Health Summary), judged only where the profile says the platform has
 a fabric (``nvlink.fabric_manager`` on HGX boards, ``nvlink.check_fabric_state`` on B300 and
-NVL72 trays). Healthy is State ``Completed`` with Status ``Success`` on every GPU (FACTS.md
+NVL72 trays). Healthy is State ``Completed`` with Status ``Success`` on every GPU (docs/sources.md
 §2; NVML: read Status only once State is complete).
 
 How faults show, and what each is taken to mean:
@@ -24,7 +24,7 @@ How faults show, and what each is taken to mean:
   On an HGX board it cannot be told from an old driver that does not report it: ERROR. A GPU
   without it while its peers report one is a fault on any platform.
 
-B300 caveat (FACTS.md §2): all NVLinks can show Active while the fabric is unusable, so a
+B300 caveat (docs/sources.md §2): all NVLinks can show Active while the fabric is unusable, so a
 failing verdict says when ``nvidia-smi nvlink --status`` looked healthy, to stop the reader
 from trusting it.
 """

@@ -8,7 +8,7 @@ Judged per GPU, reported per kind of fault with every GPU that has it:
   or page retirement already dealt with. It is reported in the summary, not judged; its current
   consequences are what the remapper flags below say.
 - ``SRAM Threshold Exceeded: Yes`` -> FAIL ``gpu-ecc-uncorrectable``: NVIDIA's WORKFLOW_XID_48
-  sends a GPU with this flag to field diagnostics (FACTS.md §5.2).
+  sends a GPU with this flag to field diagnostics (docs/sources.md §5.2).
 - Row remapping (Ampere and newer): ``Remapping Failure Occurred: Yes`` or a bank with no spare
   rows left (histogram ``None`` > 0, so its next error cannot be remapped) -> FAIL
   ``gpu-row-remap`` with an RMA action. ``Pending: Yes`` -> WARN ``gpu-row-remap``: the new
@@ -20,7 +20,7 @@ Judged per GPU, reported per kind of fault with every GPU that has it:
   page takes effect at the next reset or reboot, like a pending remap).
 
 Correctable counts are shown, not judged: correcting them is what ECC is for, and no source
-in FACTS.md gives a rate that should worry. Not applicable (SKIP): no GPU reports ECC, row
+in docs/sources.md gives a rate that should worry. Not applicable (SKIP): no GPU reports ECC, row
 remapping or page retirement (GeForce boards, excerpts of other sections).
 """
 

@@ -10,7 +10,7 @@ Two views of the same driver state in ``nvidia-smi -q``:
   action that resets or reboots (Reset, Reboot, Drain and Reset, and the newer bus reset /
   system reboot / IMEX recovery) -> FAIL, since the GPU cannot be trusted with new work
   until it is done (NVIDIA A100 memory error management, "Error Recovery and Response
-  Flags"; NVML ``nvmlDeviceGpuRecoveryAction_t``, FACTS.md §5.2). A value preflight does not
+  Flags"; NVML ``nvmlDeviceGpuRecoveryAction_t``, docs/sources.md §5.2). A value preflight does not
   know warns rather than passes.
 
 Every GPU is judged; one outcome per verdict lists the GPUs. Not applicable (SKIP): no GPU

@@ -1,7 +1,7 @@
 """ConnectX (mlx5) trouble in the kernel log (check ``mlx5-kernel-log``).
 
 Input is the ``kernel-log`` probe as ``preflight/parse/kernel_log.py`` reads it. The mlx5
-signatures and what they mean (strings from the mlx5 sources, FACTS.md §1.4):
+signatures and what they mean (strings from the mlx5 sources, docs/sources.md §1.4):
 
 - firmware not answering the driver: command timeouts (``ACCESS_REG(0x805) timeout. Will cause
   a leak of a command resource``), ``health compromised - reached miss count``, the health

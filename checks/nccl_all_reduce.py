@@ -23,11 +23,11 @@ How faulty is told from normal:
   in-place: the same bytes over the same links; the torch fallback measures in-place only),
   median over the passing repetitions, against the profile's ``nccl.all_reduce_busbw_gbs``.
   Judged only when the largest size is at least 1 GiB (smaller messages do not reach the link
-  rate; with NVLS even 256 MB is too small: FACTS §3), the run is all_reduce on one host, and
+  rate; with NVLS even 256 MB is too small: docs/sources.md §3), the run is all_reduce on one host, and
   it had as many ranks as the profile has GPUs (its figure is for the whole board). Below 85%
   of the figure WARNs: the figures are measured peaks, and 15% absorbs NCCL versions and
   run-to-run noise, while the ring-class figure (~370 against ~480 GB/s with NVLS on 8 x
-  H100/H200, FACTS §3) falls below the line, as it should on a board where NVLS is the
+  H100/H200, docs/sources.md §3) falls below the line, as it should on a board where NVLS is the
   default. Below 50% FAILs: more than any algorithm choice explains, so a link or GPU is
   missing from the path. No figure in the profile: the figure is reported, not judged.
 - Single GPU (one rank): no inter-GPU traffic, busbw is 0 by definition, so bandwidth is not

@@ -12,8 +12,8 @@ line, or no complete table -> ``nccl-failed``; ``#wrong`` or out-of-bounds value
 rest WARN; "no IB device" is a WARN here, since between nodes it means TCP sockets).
 
 Bandwidth (``nccl-low-bandwidth``), judged only on a passed run whose largest message is at
-least 1 GiB (smaller ones do not reach the link rate, FACTS §3), against the profile's
-``nccl.inter_node_busbw_per_nic_gbs`` (46 GB/s per NDR NIC, FACTS §3):
+least 1 GiB (smaller ones do not reach the link rate, docs/sources.md §3), against the profile's
+``nccl.inter_node_busbw_per_nic_gbs`` (46 GB/s per NDR NIC, docs/sources.md §3):
 - the full run crosses the NICs of every node at once: per-NIC figure x the NICs in use (the
   profile's ``nic.count``, at most one per GPU rank on a node);
 - the inter-node variant runs one communicator per local GPU index, each with one rank per

@@ -3,7 +3,7 @@
 Judges two views of the same fabric:
 
 - ``nvidia-smi nvlink --status``: every GPU must list ``nvlink.links_per_gpu`` links, none
-  ``<inactive>`` (NVIDIA Health Validation ``max_inactive_nvlinks`` = 0, FACTS.md §2), each at
+  ``<inactive>`` (NVIDIA Health Validation ``max_inactive_nvlinks`` = 0, docs/sources.md §2), each at
   ``nvlink.link_speed_gbs`` (26.562 GB/s NVLink4, 53.125 NVLink5). nvidia-smi prints the speed
   rounded to three decimals (26.562 for 26.5625), and a link that trained down shows a
   clearly lower figure, so a 1% tolerance absorbs only the rounding. NVML's "all links are
@@ -104,7 +104,7 @@ def nvlink(host):
     if judged_pairs:
         parts.append(f"{pair} between all {judged_pairs} GPU pairs")
     if profile.get("nvlink.check_fabric_state"):
-        # FACTS.md §2, B300 caveat: ALI trains links in hardware whatever the fabric state.
+        # docs/sources.md §2, B300 caveat: ALI trains links in hardware whatever the fabric state.
         notes.append("active links alone do not prove the fabric usable on this platform "
                      "(see fabric-manager)")
     return ok("; ".join(parts + notes), data=data)

@@ -44,7 +44,7 @@ def h200_node_xml(gpus: int = 8, driver: str | None = None, cuda: str | None = N
 def _hgx_fabric(smi: str, gpus: int) -> str:
     # The VM capture has no NVSwitch fabric (its Fabric fields are N/A). On an HGX board with
     # Fabric Manager running every GPU reports State Completed, Status Success, CliqueId 0 and
-    # a zero ClusterUUID (FACTS.md §2: HGX H100, driver 565.57.01), so multi-GPU nodes get that.
+    # a zero ClusterUUID (docs/sources.md §2: HGX H100, driver 565.57.01), so multi-GPU nodes get that.
     if gpus < 2:
         return smi
     return with_fabric(smi, State="Completed", Status="Success", CliqueId="0",
@@ -120,7 +120,7 @@ def links_unretrievable(status: str, gpus) -> str:
 
 # A real H100 `nvidia-smi -q` (driver 590.48.01, one GPU of an HGX board passed to a VM) that
 # shows the fabric as a registered HGX GPU does: State Completed, Status Success, CliqueId 0,
-# ClusterUUID zeros (the same values thamada/nvidia-smi records for an HGX H100, FACTS.md §2).
+# ClusterUUID zeros (the same values thamada/nvidia-smi records for an HGX H100, docs/sources.md §2).
 H100_TEXT = CORPUS / "smi-q" / "h100-80gb-hbm3-drv590-under-load.txt"
 
 
@@ -188,7 +188,7 @@ def with_gpu_values(xml: str, gpu: int, values: dict[str, str]) -> str:
 # ---- ConnectX-8 nodes on DOCA 3.1 (checks/nic_firmware.py, ib_ports.py, nic_fw_consistency.py) ----
 # The corpus holds ConnectX-7 and older captures only. A B300 node's ConnectX-8 NICs print the
 # ibstat block of the real CX-7 NDR capture (corpus ibv/ibstat-cx7-ndr-400g-active-ib.txt, its
-# complete first CA), repeated per NIC with the CA type (MT4129 -> MT4131, FACTS.md §1.1), the
+# complete first CA), repeated per NIC with the CA type (MT4129 -> MT4131, docs/sources.md §1.1), the
 # firmware (40.x) and the rate (400 -> 800, XDR) changed, GUIDs and LIDs made distinct.
 # A Polling port takes the values of the real Down port of corpus
 # ibv/ibstat-cx6-hdr-one-port-disabled-plus-cx4lx.txt (State Down, Rate 10, Base lid 65535,

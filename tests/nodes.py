@@ -471,7 +471,7 @@ def fabric_insufficient(node: SimHost) -> SimHost:
 
 
 def gpu_fallen_off_bus(node: SimHost, stamp: str = "[ 8127.332410] ") -> SimHost:
-    """GPU7 fell off the bus: the Xid 79 line of FACTS.md §5.1 (leptonai/gpud) at its PCI
+    """GPU7 fell off the bus: the Xid 79 line of docs/sources.md §5.1 (leptonai/gpud) at its PCI
     address in the kernel log, and the GPU gone from every nvidia-smi view (the driver lists 7:
     derived.h200_node_xml(7) drops the last GPU; topology and NVLink views likewise; these
     views are rebuilt, so apply this fault before others that edit them). all_reduce is not

@@ -39,7 +39,7 @@ def test_nvl72_tray_in_a_clique_passes_and_names_it():
 
 def test_fabric_manager_dead_leaves_state_in_progress_on_b300_with_links_up():
     # A dead FM leaves fabric.state at In Progress (NVIDIA/NVSentinel#889); on B300 the links
-    # still show active (FACTS.md §2), which the summary must say so nobody trusts them.
+    # still show active (docs/sources.md §2), which the summary must say so nobody trusts them.
     smi = with_fabric(h100_node_text(), State="In Progress")
     [f] = fabric({SMI: smi, STATUS: node_nvlink_status()}, "hgx-b300")
     assert f.status is Status.FAIL

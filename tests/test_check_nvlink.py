@@ -58,7 +58,7 @@ def test_topology_alone_from_a_pasted_headerless_matrix_passes():
 
 
 def test_b300_pass_warns_that_links_do_not_prove_the_fabric():
-    # The H200 capture with its speed set to NVLink5's, as a B300 prints it (FACTS.md §2).
+    # The H200 capture with its speed set to NVLink5's, as a B300 prints it (docs/sources.md §2).
     status = node_nvlink_status().replace("26.562 GB/s", "53.125 GB/s")
     f = nvlink({STATUS: status}, "hgx-b300")
     assert f.status is Status.PASS

@@ -1,5 +1,5 @@
 """checks/xid.py and preflight/knowledge/xid_catalog.py on the real kernel-log corpus. Synthetic lines are
-real corpus lines with one value changed, or lines quoted in FACTS.md §5.1; each says which."""
+real corpus lines with one value changed, or lines quoted in docs/sources.md §5.1; each says which."""
 
 from pathlib import Path
 
@@ -176,7 +176,7 @@ def test_three_line_fallen_off_the_bus_fails_without_an_xid_symptom():
 
 
 def test_xid79_line_and_message_make_one_finding():
-    # The Xid 79 line as quoted in FACTS.md §5.1 (leptonai/gpud), then the one-line message in
+    # The Xid 79 line as quoted in docs/sources.md §5.1 (leptonai/gpud), then the one-line message in
     # the form a public A100 log shows ("NVRM: GPU at PCI:0000:17:00.0 has fallen off the bus.").
     text = "\n".join([STAMP + "NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, "
                               "GPU has fallen off the bus.",
@@ -191,14 +191,14 @@ def test_xid79_line_and_message_make_one_finding():
                                             ("0x1 (GPU Reset Required)", Status.FAIL),
                                             ("0x2 (Node Reboot Required)", Status.FAIL)])
 def test_xid154_is_judged_by_the_recovery_action_it_names(target, status):
-    # The Xid 154 line quoted in FACTS.md §5.1 (NVSentinel test), with each target it lists.
+    # The Xid 154 line quoted in docs/sources.md §5.1 (NVSentinel test), with each target it lists.
     [f] = xid(f"NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to {target}")
     assert f.status is status
     assert f"recovery action {target.split('(')[1].rstrip(')')}" in f.summary
 
 
 def test_xid_missing_from_the_catalog_warns():
-    # The older Xid line form quoted in FACTS.md §5.1 (leptonai/gpud); Xid 14 is not catalogued.
+    # The older Xid line form quoted in docs/sources.md §5.1 (leptonai/gpud); Xid 14 is not catalogued.
     [f] = xid("NVRM: Xid (0000:03:00): 14, Channel 00000001")
     assert (f.status, f.symptoms) == (Status.WARN, ("gpu-xid", "xid-14"))
     assert f.summary.startswith("Xid 14 (not in preflight's Xid catalog) on 0000:03:00")

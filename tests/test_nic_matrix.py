@@ -49,7 +49,7 @@ def ethtool(path: str):
 
 
 MLNX_24_10_3 = "recorded/ofed-info-s-mlnx-ofed-24.10-3.2.5.0.txt"
-# A DOCA 3.1.0 driver as its module reports it (FACTS.md §1.2 form), read by the real parser.
+# A DOCA 3.1.0 driver as its module reports it (docs/sources.md §1.2 form), read by the real parser.
 DOCA_31 = driver_release(parse_modinfo(fixture("recorded/modinfo-mlx5_core-mlnx-ofed-24.10-2.1.8-debian12.txt")
                                        .replace("24.10-2.1.8", "doca3.1.0-25.07-0.9.7.0")), None, None)
 

@@ -98,7 +98,7 @@ def test_fallen_off_bus_three_line_message_takes_the_gpu_from_the_first_line():
 
 
 def test_xid154_recovery_action():
-    # Synthetic: the xid145 file's GPU with the Xid 154 text quoted in FACTS.md §5.1.
+    # Synthetic: the xid145 file's GPU with the Xid 154 text quoted in docs/sources.md §5.1.
     real = (CORPUS / "kernel-log" / "xid145-rlw-rxpipe-nonfatal-nvlink5-single-line.txt").read_text()
     text = real.split("145,")[0] + "154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
     (event,) = parse_kernel_log(text).events

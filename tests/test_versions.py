@@ -122,7 +122,7 @@ def test_ofed_info_alone_ofed_internal_is_doca():
 
 def test_doca_release_encoded_in_module_version():
     # The real OFED modinfo with its version replaced by the DOCA-OFED version string of
-    # FACTS.md §1.2 (network-operator PR #1681).
+    # docs/sources.md §1.2 (network-operator PR #1681).
     text = fixture(OFED_MODINFO).replace("version:        24.10-2.1.8", "version:        doca3.1.0-25.07-0.9.7.0")
     rel = driver_release(parse_modinfo(text), None, None)
     assert (rel.flavour, str(rel.doca), str(rel.ofed)) == ("doca-ofed", "3.1.0", "25.07-0.9.7.0")

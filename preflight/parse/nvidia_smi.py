@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from preflight.parse import ParseError
 from preflight.parse.smi_text import TextNode, normalise_label, read_sections
 
-# --- NVML clock-event bits (FACTS.md §4.1) -------------------------------------------------
+# --- NVML clock-event bits (docs/sources.md §4.1) -------------------------------------------------
 
 CLOCK_EVENT_BITS: dict[str, int] = {
     "gpu_idle": 0x1,
