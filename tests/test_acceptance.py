@@ -21,7 +21,7 @@ from preflight.evidence.bundle import read_bundle
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.profiles import load_profiles
 from preflight.model import Status
-from preflight.parse.nvidia_smi import reasons_from_bitmask
+from preflight.parse.smi_records import reasons_from_bitmask
 from preflight.pytest.acceptance import MissingResult, Report, ReportError
 from preflight.report import json_report
 

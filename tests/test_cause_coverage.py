@@ -19,7 +19,7 @@ from preflight.app.cli import main
 from preflight.diagnose.engine import load_knowledge
 from preflight.diagnose.explain import explain
 from preflight.knowledge.xid_catalog import load_xid_catalog
-from preflight.parse.nccl_tests import NCCL_SIGNATURES
+from preflight.parse.nccl_signatures import NCCL_SIGNATURES
 
 ROOT = Path(__file__).resolve().parents[1]
 KB = load_knowledge()

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from preflight.parse import ParseError
+from preflight.parse.nccl_signatures import nccl_signatures
 from preflight.parse.nccl_tests import (
     bus_bandwidth_factor,
     largest_row,
-    nccl_signatures,
     parse_nccl_json,
     parse_nccl_tests,
 )

@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 
 from preflight.parse import ParseError
-from preflight.parse.nvidia_smi import (
+from preflight.parse.nvidia_smi import parse_smi_text, parse_smi_xml
+from preflight.parse.smi_records import (
     CLOCK_EVENT_BITS,
     EccCounters,
     PcieLink,
     RemapHistogram,
     RetiredPages,
-    parse_smi_text,
-    parse_smi_xml,
     reasons_from_bitmask,
 )
 

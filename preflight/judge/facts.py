@@ -23,6 +23,7 @@ from preflight.knowledge import nic_matrix
 from preflight.model import Evidence
 from preflight.parse import ParseError, ibverbs, kernel_log, lspci, mlnx, nvidia_smi, nvlink, topo, versions
 from preflight.parse.nccl_probe import parse_probe_output
+from preflight.parse.smi_records import SmiReport
 
 if TYPE_CHECKING:  # the context reads this table; facts only receive contexts
     from preflight.judge.context import HostContext
@@ -88,7 +89,7 @@ def _strongest(failures: list[EvidenceMissing]) -> EvidenceMissing:
 # ---- GPUs ------------------------------------------------------------------------------
 
 @fact("smi_evidence", probes=("nvidia-smi-q-x", "nvidia-smi-q"))
-def _smi_evidence(ctx: HostContext) -> tuple[str, nvidia_smi.SmiReport]:
+def _smi_evidence(ctx: HostContext) -> tuple[str, SmiReport]:
     """(probe, SmiReport): the XML probe, else the text one."""
     probe, text = ctx.first_text("nvidia-smi-q-x", "nvidia-smi-q")
     parse = nvidia_smi.parse_smi_xml if probe == "nvidia-smi-q-x" else nvidia_smi.parse_smi_text
@@ -96,7 +97,7 @@ def _smi_evidence(ctx: HostContext) -> tuple[str, nvidia_smi.SmiReport]:
 
 
 @fact("smi", needs=("smi_evidence",))
-def _smi(ctx: HostContext) -> nvidia_smi.SmiReport:
+def _smi(ctx: HostContext) -> SmiReport:
     """GPU inventory and health (``SmiReport``), from ``nvidia-smi -q -x``, else ``-q``."""
     return ctx.smi_evidence[1]
 

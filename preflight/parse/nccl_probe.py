@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass
 
 from preflight.parse import ParseError
-from preflight.parse.nccl_tests import NcclRun, NcclSignature, nccl_signatures, parse_nccl_tests
+from preflight.parse.nccl_signatures import NcclSignature, nccl_signatures
+from preflight.parse.nccl_tests import NcclRun, parse_nccl_tests
 
 # Exit codes of `timeout` when it stopped a repetition: 124 after SIGTERM, 137 when the
 # command ignored SIGTERM and the `-k` SIGKILL ended it (a process stuck in the driver).
