@@ -66,7 +66,7 @@ import numpy as np
 import pandas as pd
 
 from preflight.model import Evidence, Finding, Status, worst
-from preflight.parse.nvidia_smi import reasons_from_bitmask
+from preflight.parse.smi_records import reasons_from_bitmask
 from preflight.soak.data import SLOWDOWN_COLUMN, TELEMETRY_CSV, THROUGHPUT_CSV, SoakData, read_soak
 
 SW_POWER_CAP = 0x4

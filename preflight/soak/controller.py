@@ -56,7 +56,7 @@ from preflight.collect.node import Node
 from preflight.collect.ssh import SshNode, SshOptions
 from preflight.collect.inventory import InventoryInvalid, load_hosts_file, parse_host_list
 from preflight.model import Host
-from preflight.parse.nvidia_smi import reasons_from_bitmask
+from preflight.parse.smi_records import reasons_from_bitmask
 from preflight.node.agent import EVENT_COLUMNS, TELEMETRY_COLUMNS, THROUGHPUT_COLUMNS
 
 AGENT_PATH = Path(__file__).resolve().parent.parent / "node" / "agent.py"
