@@ -11,7 +11,7 @@ Checks and their symptoms (findings carry the soak's host):
   temperature that long (when the threshold is known: the ``slowdown_temperature_c`` column
   or the caller's value). Shorter blips are mentioned, not failed: NVML samples are instants
   and a single one says little.
-- ``soak-power``: the SW power cap (0x4) at full load is how a GPU is meant to run (FACTS §4:
+- ``soak-power``: the SW power cap (0x4) at full load is how a GPU is meant to run (measured here, bench/RESULTS.md:
   an H200 under a bf16 GEMM sits at 692 of 700 W with 0x4 set), so it PASSes with a summary.
   WARN ``power-capping`` when, under the power cap and without a thermal bit, the SM clock
   stays below the *clock floor* for more than ``sustained_s``, when the HW power brake (0x80)

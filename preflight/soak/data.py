@@ -1,6 +1,6 @@
 """Reading, validating and writing a soak directory (contract ``preflight-soak/1``).
 
-The directory looks like this (DESIGN.md, "Soak data")::
+The directory looks like this (docs/contracts.md §6)::
 
     SOAK_DIR/soak.json        {"format": "preflight-soak/1", "engine": str, "started": ISO-8601, "hosts": [...]}
     SOAK_DIR/telemetry.csv    time, host, gpu, temperature_c, memory_temperature_c, sm_clock_mhz,
