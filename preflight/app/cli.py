@@ -97,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     options.add_ssh(run)
     run.add_argument("--parallel", type=_positive(int), default=64, help="hosts probed at once (default 64)")
     run.add_argument("--timeout", type=_positive(float), default=30.0, help="seconds per probe (default 30)")
+    run.add_argument("--node-timeout", type=_positive(float), metavar="SECONDS",
+                     help="seconds a node's static probes may take in all (default 4 x --timeout; "
+                          "active tests add their own limits)")
+    run.add_argument("--per-node", type=_positive(int), default=4, metavar="N",
+                     help="probes run at once on one node (default 4)")
     run.add_argument("--run-id", help="name of the run directory (default: a timestamp)")
     _common_analysis_options(run)
     _active_test_options(run)
@@ -173,7 +178,8 @@ def run_request(args):
     run_id = targets.run_id_of(args, new_run_id())
     ssh = targets.ssh_of(args)
     nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir)
-    plan = ExecPlan(probes_for(checks, {NCCL_PROBE_ID: nccl}), args.timeout, args.parallel, ssh)
+    plan = ExecPlan(probes_for(checks, {NCCL_PROBE_ID: nccl}), args.timeout, args.parallel, ssh,
+                    per_node=args.per_node, node_timeout_s=args.node_timeout)
     multinode = None
     if getattr(args, "nccl_multinode", False):
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -120,17 +121,20 @@ class SshNode:
         self.host, self.ssh = host, ssh
         self._conn: Connection | None = None
         self.connect_error: str | None = None  # why the last connection attempt failed
+        # Several probes of one node run at once, as channels of this one connection.
+        self._lock = threading.Lock()
 
     def connect(self) -> str | None:
         """Open the connection now; returns why it could not be opened, else None."""
-        if self._conn is not None:
-            return None
-        try:
-            self._conn = _connect(self.host, self.ssh)
-            self.connect_error = None
-        except Exception as exc:  # noqa: BLE001 - every way of not connecting is a result
-            self.connect_error = describe_connect_error(exc)
-        return self.connect_error
+        with self._lock:
+            if self._conn is not None:
+                return None
+            try:
+                self._conn = _connect(self.host, self.ssh)
+                self.connect_error = None
+            except Exception as exc:  # noqa: BLE001 - every way of not connecting is a result
+                self.connect_error = describe_connect_error(exc)
+            return self.connect_error
 
     @property
     def connected(self) -> bool:
@@ -140,15 +144,23 @@ class SshNode:
         argv = tuple(argv)
         started, t0 = now_iso(), time.monotonic()
         why = self.connect()
-        if why:
-            return not_run(argv, why, started)
+        conn = self._conn
+        if why or conn is None:
+            return not_run(argv, why or "connection closed", started)
         command = remote_command(argv, timeout)
+        if not stdin:
+            # No EOF to send: a command that finishes at once can have its channel closed by
+            # sshd before a late EOF of ours arrives, and sshd drops the whole connection for
+            # an EOF on a channel it no longer knows ("ieof packet referred to nonexistent
+            # channel"), which concurrent probes made frequent.
+            command += " </dev/null"
         try:
-            chan = self._conn.transport.open_session(timeout=timeout)
+            chan = conn.transport.open_session(timeout=timeout)
             chan.exec_command(command)
             if stdin:
+                # The command reads stdin to its end, so our EOF always comes before its exit.
                 chan.sendall(stdin)
-            chan.shutdown_write()
+                chan.shutdown_write()
             stdout, stderr, code, timed_out = _drain(chan, deadline=t0 + timeout + KILL_AFTER_S + GRACE_S)
         except Exception as exc:  # noqa: BLE001 - a broken channel is a result; the next run reconnects
             if not self.connected:
@@ -159,9 +171,10 @@ class SshNode:
                              round(time.monotonic() - t0, 3), timed_out or code == TIMEOUT_EXIT)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int | None, bool]:

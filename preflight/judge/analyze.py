@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from preflight.check import Outcome
+from preflight.collect.probes import PROBES as PROBES_BY_ID
 from preflight.evidence.bundle import Bundle, host_reachability
 from preflight.judge.context import EvidenceMissing, FleetContext, HostContext
 from preflight.knowledge.profiles import GENERIC, Profile, detect
@@ -67,17 +68,25 @@ def judge(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile],
 
 def _probe_health(ctx: HostContext, planned: list[str]) -> Finding:
     """A probe that hung is a symptom in itself (nvidia-smi stuck in the driver), even where
-    a check could judge from another probe, so it is reported once per host here; so are
-    probes the run planned but never recorded (the controller died before reaching them)."""
+    a check could judge from another probe, so it is reported once per host here, naming the
+    tool, with the probes that were not run because of it; so are probes the run planned but
+    never recorded (the controller died before reaching them)."""
     hung = [r for r in ctx.probes.values() if r.timed_out]
+    passed_over = [r for r in ctx.probes.values() if r.error and r.error.startswith("not run: ")]
     lost = [p for p in planned if p not in ctx.probes]
-    if not hung and not lost:
+    if not hung and not passed_over and not lost:
         return Finding(PROBES, ctx.name, Status.PASS, f"{len(ctx.probes)} probes finished in time")
     parts, symptoms = [], []
     if hung:
-        names = ", ".join(f"{' '.join(r.command) or r.probe} ({r.duration_s}s)" for r in hung)
-        parts.append(f"{len(hung)} probe(s) hung and were stopped: {names}")
+        tools = ", ".join(dict.fromkeys(PROBES_BY_ID[r.probe].tool if r.probe in PROBES_BY_ID
+                                        else (r.command[0] if r.command else r.probe) for r in hung))
+        names = ", ".join(f"{' '.join(r.command[:3]) or r.probe} ({r.duration_s}s)" for r in hung)
+        parts.append(f"{tools} hung: {len(hung)} probe(s) stopped by their timeout: {names}")
         symptoms.append("probe-timeout")
+    if passed_over:
+        parts.append(f"{len(passed_over)} probe(s) not run: "
+                     + "; ".join(sorted({r.error.removeprefix("not run: ") for r in passed_over}))
+                     + f" ({', '.join(r.probe for r in passed_over)})")
     if lost:
         parts.append(f"{len(lost)} planned probe(s) never recorded (the run stopped early?): {', '.join(lost)}")
     return Finding(PROBES, ctx.name, Status.WARN, "; ".join(parts), tuple(symptoms),

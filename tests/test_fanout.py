@@ -1,0 +1,79 @@
+"""The fan-out's scheduling on one node, with real processes on this machine (LocalNode): a hung
+tool is waited for once, the node's deadline holds, and a timeout ends the whole process group."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from preflight.collect.fanout import ExecPlan, NodeSchedule, run_node
+from preflight.collect.local import LocalNode
+from preflight.collect.probe import Probe
+from preflight.model import ProbeResult
+
+
+def probe(pid: str, script: str, tool: str, active: bool = False) -> Probe:
+    return Probe(pid, ("sh", "-c", script), pid, tool, active=active)
+
+
+def result(p: Probe, timed_out=False, error=None) -> ProbeResult:
+    return ProbeResult(p.id, "n", p.argv, b"", "", None if timed_out else 0, "t", 3.0, timed_out, error)
+
+
+def test_after_a_hang_the_tools_other_probes_are_passed_over_with_the_reason():
+    a, b, c = probe("a", "x", "nvidia-smi"), probe("b", "x", "nvidia-smi"), probe("c", "x", "dmesg")
+    s = NodeSchedule([a, b, c], deadline=float("inf"))
+    first, skipped = s.next()
+    assert first is a and skipped == []
+    s.finished(a, result(a, timed_out=True), connected=True)
+    nxt, skipped = s.next()
+    assert nxt is c
+    assert skipped == [(b, "not run: nvidia-smi hung on this node (sh -c x stopped after 3 s)")]
+
+
+def test_past_the_deadline_or_after_the_connection_died_nothing_more_starts():
+    now = [0.0]
+    a, b, c = probe("a", "x", "t1"), probe("b", "x", "t2"), probe("c", "x", "t3")
+    s = NodeSchedule([a, b, c], deadline=10.0, clock=lambda: now[0])
+    assert s.next()[0] is a
+    now[0] = 11.0
+    assert s.next() == (None, [(b, "not run: the node's deadline passed (--node-timeout)"),
+                               (c, "not run: the node's deadline passed (--node-timeout)")])
+    s2 = NodeSchedule([a, b], deadline=float("inf"))
+    s2.next()
+    s2.finished(a, result(a, error="ssh channel failed: EOF"), connected=False)
+    assert s2.next() == (None, [(b, "connection lost: ssh channel failed: EOF")])
+
+
+def test_a_hung_tool_costs_one_timeout_on_a_real_node():
+    hang = "sleep 60"
+    probes = (probe("smi-1", hang, "nvidia-smi"), probe("smi-2", hang, "nvidia-smi"),
+              probe("smi-3", hang, "nvidia-smi"), probe("log", "echo ok", "dmesg"),
+              probe("bench", "echo bench", "all_reduce_perf", active=True))
+    got: list[ProbeResult] = []
+    started = time.monotonic()
+    run_node(LocalNode("n"), ExecPlan(probes, timeout_s=1.0, per_node=1), got.append)
+    elapsed = time.monotonic() - started
+    by = {r.probe: r for r in got}
+    assert len(got) == 5 and elapsed < 4, elapsed  # one timeout, not three
+    assert by["smi-1"].timed_out and by["smi-1"].exit_code is None
+    assert by["smi-2"].error == by["smi-3"].error == "not run: nvidia-smi hung on this node (sh -c sleep 60 " \
+                                                     f"stopped after {by['smi-1'].duration_s:g} s)"
+    assert by["log"].stdout == b"ok\n" and by["bench"].stdout == b"bench\n"
+    assert [r.probe for r in got][-1] == "bench"  # active probes run last, alone
+
+
+def test_a_timeout_ends_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "child"
+    r = LocalNode("n").run(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout=1.0)
+    assert r.timed_out and r.exit_code is None
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the backgrounded sleep {child} outlived the timeout")
