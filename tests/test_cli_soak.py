@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import soak_scenarios as S
+
 from preflight.app.cli import main
 from preflight.soak.data import SoakMeta, write_soak
 

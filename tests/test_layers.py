@@ -78,9 +78,9 @@ def imports(path: Path, module: str) -> list[tuple[str, int, bool]]:
             if isinstance(child, ast.Import):
                 found.extend((a.name, child.lineno, inner) for a in child.names if not type_only)
             elif isinstance(child, ast.ImportFrom) and not type_only:
+                if child.level and module.startswith("preflight.node"):
+                    continue  # a sibling of node code, by relative import: still node code
                 if child.level:
-                    if module.startswith("preflight.node"):
-                        return  # a sibling of node code, by relative import: still node code
                     base = package.split(".")[: len(package.split(".")) - child.level + 1]
                     target = ".".join(base + ([child.module] if child.module else []))
                 else:

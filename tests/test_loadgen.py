@@ -7,21 +7,27 @@ chunked transfer coding, timed as each test's plan says. Its chunks are the reco
 token ids and finish reason set per token; one test replays the recorded bytes unchanged.
 Requests with ``max_tokens`` 2 are the generator's probe and are answered at once.
 
-loadgen.py is loaded by path, as it runs on a node: it must stand alone (no preflight imports).
+The load generator is three files that a node runs as a script from one directory (loadgen.py
+with loadgen_http.py and loadgen_windows.py beside it; tests/test_soak_controller.py runs them
+that way); here they are imported from the package. tests/test_layers.py keeps them free of
+preflight imports.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
+
+from preflight.node import loadgen as lg
+from preflight.node import loadgen_http as lh
+from preflight.node import loadgen_windows as lw
 
 ROOT = Path(__file__).resolve().parent.parent
 LOADGEN = ROOT / "preflight" / "node" / "loadgen.py"
@@ -30,16 +36,6 @@ RAW_STREAM = RECORDED / "vllm-0.32.0-cpu-completions-stream-token-ids-raw-http.t
 METRICS_032 = RECORDED / "vllm-metrics-0.32.0-cpu-tiny-llama-128-running-192-waiting.txt"
 METRICS_318 = RECORDED / "vllm-metrics-v1-gpu-cache-usage-perc-production-stack-318-excerpt.txt"
 
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while building the classes
-    spec.loader.exec_module(module)
-    return module
-
-
-lg = _load(LOADGEN, "preflight_loadgen_under_test")
 
 
 def _recorded_events() -> list[dict]:
@@ -84,7 +80,7 @@ class FakeServer:
         self.bodies: list[dict] = []
         self.scrapes = 0
 
-    async def __aenter__(self) -> "FakeServer":
+    async def __aenter__(self) -> FakeServer:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
         return self
@@ -152,7 +148,7 @@ class FakeServer:
         await writer.drain()
 
 
-def run(server: FakeServer, **cfg) -> tuple[list, "lg.LoadSummary", list]:
+def run(server: FakeServer, **cfg) -> tuple[list, lg.LoadSummary, list]:
     """Runs one load against ``server`` in this event loop; returns the windows' rows (one list
     per window), the summary and the events."""
 
@@ -213,8 +209,8 @@ def test_windows_measure_ttft_tpot_tokens_and_scrape_metrics():
         assert m["preemptions"] == 0.0 and m["server_output_tokens_per_s"] == 0.0  # same counters
     # Requests completed, window by window, add up to the run's (the last window closed at the
     # deadline, before the 4 in flight were cancelled).
-    spans = [w[0].time - start for w, start in zip(windows, [t0] + [w[0].time for w in windows])]
-    assert sum(round(by_metric(w)["requests_per_s"] * dt) for w, dt in zip(windows, spans)) == summary.requests_completed
+    spans = [w[0].time - start for w, start in zip(windows, [t0] + [w[0].time for w in windows], strict=False)]
+    assert sum(round(by_metric(w)["requests_per_s"] * dt) for w, dt in zip(windows, spans, strict=True)) == summary.requests_completed
     assert server.scrapes == 3  # the baseline, then one a window
     assert summary.kv_cache_metric == "vllm:kv_cache_usage_perc"
     assert summary.requests_cancelled == 4  # in flight at the deadline: cancelled, not errors
@@ -288,22 +284,22 @@ def test_command_line_prints_json_lines_and_stops_when_stdin_closes():
 
 
 def test_prometheus_text_of_vllm_0_32():
-    prom = lg.parse_prometheus(METRICS_032.read_text())
+    prom = lw.parse_prometheus(METRICS_032.read_text())
     # Every non-comment line of the capture is a sample, histogram buckets (le="+Inf") included.
     assert len(prom.samples) == 447 and prom.notes == ()
     inf = [s for s in prom.samples if s.name == "vllm:request_prompt_tokens_bucket" and ("le", "+Inf") in s.labels]
     assert inf[0].value == 609.0 and inf[0].labels == (("engine", "0"), ("le", "+Inf"), ("model_name", "/tmp/vt/tiny"))
-    g = lg.vllm_gauges(prom)
-    assert g == lg.ServerGauges(requests_running=128.0, requests_waiting=192.0, kv_cache_usage=0.1250610649731314,
+    g = lw.vllm_gauges(prom)
+    assert g == lw.ServerGauges(requests_running=128.0, requests_waiting=192.0, kv_cache_usage=0.1250610649731314,
                                 kv_cache_metric="vllm:kv_cache_usage_perc", preemptions_total=0.0,
                                 generation_tokens_total=147693.0)
 
 
 def test_prometheus_falls_back_to_the_deprecated_kv_cache_gauge_on_a_cut_scrape():
-    prom = lg.parse_prometheus(METRICS_318.read_text())
+    prom = lw.parse_prometheus(METRICS_318.read_text())
     # The excerpt ends inside a sample line: the lines before it are kept, the cut one noted.
     assert len(prom.samples) == 7 and prom.notes == ("line 24: no value: 'vllm:gpu_prefix'",)
-    g = lg.vllm_gauges(prom)
+    g = lw.vllm_gauges(prom)
     assert (g.kv_cache_usage, g.kv_cache_metric) == (0.0, "vllm:gpu_cache_usage_perc")
     assert (g.requests_running, g.requests_waiting, g.preemptions_total) == (0.0, 0.0, None)
 
@@ -314,13 +310,13 @@ def test_two_engines_are_summed_and_the_fullest_kv_cache_reported():
     extra = [line.replace('engine="0"', 'engine="1"').replace("} 0.1250610649731314", "} 0.5")
              for line in text.splitlines()
              if line.startswith(("vllm:num_requests_running{", "vllm:kv_cache_usage_perc{"))]
-    g = lg.vllm_gauges(lg.parse_prometheus(text + "\n".join(extra) + "\n"))
+    g = lw.vllm_gauges(lw.parse_prometheus(text + "\n".join(extra) + "\n"))
     assert g.requests_running == 256.0 and g.kv_cache_usage == 0.5
 
 
 def test_label_values_with_escapes():
-    prom = lg.parse_prometheus('vllm:x{model_name="a\\"b,c}",le="+Inf"} 3 1700000000000\n')
-    assert prom.samples == (lg.PromSample("vllm:x", (("model_name", 'a"b,c}'), ("le", "+Inf")), 3.0),)
+    prom = lw.parse_prometheus('vllm:x{model_name="a\\"b,c}",le="+Inf"} 3 1700000000000\n')
+    assert prom.samples == (lw.PromSample("vllm:x", (("model_name", 'a"b,c}'), ("le", "+Inf")), 3.0),)
 
 
 def test_sse_decoder_on_the_recorded_stream_split_anywhere():
@@ -333,13 +329,13 @@ def test_sse_decoder_on_the_recorded_stream_split_anywhere():
         if size == 0:
             break
         payload, rest = payload + rest[:size], rest[size + 2:]
-    whole = lg.SseDecoder().feed(payload)
+    whole = lh.SseDecoder().feed(payload)
     assert [json.loads(e) for e in whole[:-1]] == EVENTS and whole[-1] == "[DONE]"
     for step in (1, 7, 64):
-        dec = lg.SseDecoder()
+        dec = lh.SseDecoder()
         got = [e for i in range(0, len(payload), step) for e in dec.feed(payload[i:i + step])] + dec.close()
         assert got == whole
-    infos = [lg.chunk_info(e) for e in EVENTS]
+    infos = [lh.chunk_info(e) for e in EVENTS]
     assert [i.tokens for i in infos] == [1, 1, 1, 0]
     assert infos[-1].completion_tokens == 3 and all(i.error is None for i in infos)
 
@@ -351,15 +347,15 @@ def test_window_recorder_arithmetic_with_counter_increases():
     later = text.replace("} 147693.0", "} 148693.0").replace(
         'vllm:num_preemptions_total{engine="0",model_name="/tmp/vt/tiny"} 0.0',
         'vllm:num_preemptions_total{engine="0",model_name="/tmp/vt/tiny"} 2.0')
-    rec = lg.WindowRecorder(100.0)
-    rec.baseline(lg.vllm_gauges(lg.parse_prometheus(text)))
+    rec = lw.WindowRecorder(100.0)
+    rec.baseline(lw.vllm_gauges(lw.parse_prometheus(text)))
     rec.tokens(30)
     rec.tokens(20)
     for ttft in (0.1, 0.3):
         rec.first_token(ttft)
     rec.completed(0.01)
     rec.error()
-    rows = rec.close(102.0, in_flight=3) + rec.server_rows(102.0, 2.0, lg.vllm_gauges(lg.parse_prometheus(later)))
+    rows = rec.close(102.0, in_flight=3) + rec.server_rows(102.0, 2.0, lw.vllm_gauges(lw.parse_prometheus(later)))
     assert by_metric(rows) == {
         "output_tokens_per_s": 25.0, "requests_per_s": 0.5, "ttft_p50_ms": 200.0, "ttft_p90_ms": 280.0,
         "ttft_p99_ms": 298.0, "tpot_p50_ms": 10.0, "tpot_p99_ms": 10.0, "errors": 1, "in_flight": 3,
@@ -372,17 +368,17 @@ def test_window_recorder_arithmetic_with_counter_increases():
 
 
 def test_percentile_interpolates_like_numpy():
-    assert lg.percentile([5.0], 99) == 5.0
-    assert lg.percentile([1, 2, 3, 4], 50) == 2.5
-    assert lg.percentile([10, 20, 30, 40, 50], 90) == pytest.approx(46.0)
+    assert lw.percentile([5.0], 99) == 5.0
+    assert lw.percentile([1, 2, 3, 4], 50) == 2.5
+    assert lw.percentile([10, 20, 30, 40, 50], 90) == pytest.approx(46.0)
 
 
 def test_endpoint_urls_and_argv_round_trip():
-    assert lg.Endpoint.from_url("http://127.0.0.1:8000/v1/") == lg.Endpoint("http", "127.0.0.1", 8000, "")
-    assert lg.Endpoint.from_url("https://gw.example/llm/v1").url("/metrics") == "https://gw.example:443/llm/metrics"
-    assert lg.Endpoint.from_url("localhost:9000").port == 9000
+    assert lh.Endpoint.from_url("http://127.0.0.1:8000/v1/") == lh.Endpoint("http", "127.0.0.1", 8000, "")
+    assert lh.Endpoint.from_url("https://gw.example/llm/v1").url("/metrics") == "https://gw.example:443/llm/metrics"
+    assert lh.Endpoint.from_url("localhost:9000").port == 9000
     with pytest.raises(ValueError):
-        lg.Endpoint.from_url("ftp://x")
+        lh.Endpoint.from_url("ftp://x")
     cfg = lg.LoadConfig(url="http://127.0.0.1:9", model="m", concurrency=3, max_tokens=7, prompt_tokens=5,
                         text_prompts=True, token_id_range=(10, 1024), window_s=2.5, seconds=30.0, max_requests=9,
                         ready_timeout_s=60.0, scrape_metrics=False, seed=4)

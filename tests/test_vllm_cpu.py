@@ -6,7 +6,9 @@ default /opt/preflight-vllm-venv; .ci/run builds it): the built-in ``tiny-llama-
 ``--load-format dummy --dtype float32 --skip-tokenizer-init``, token-id prompts. Without that
 venv the real-server test is skipped and says how to build it.
 
-Both modules are loaded by path, as the soak ships them to a node beside the agent.
+The engine and the agent's writers (records.py) are loaded by path, as the soak ships them to a
+node beside the agent: the engine's siblings (vllm_log.py, the load generator's files) import
+by plain name from the folder.
 """
 
 from __future__ import annotations
@@ -38,14 +40,14 @@ def _load(path: Path, name: str):
     return module
 
 
-# vllm_engine imports its sibling as the top-level module ``loadgen`` when it is not in a package.
+# vllm_engine imports its siblings (loadgen, vllm_log) as top-level modules when it is not in a package.
 sys.path.insert(0, str(SOAK))
 try:
     ve = _load(SOAK / "vllm_engine.py", "preflight_vllm_engine_under_test")
 finally:
     sys.path.remove(str(SOAK))
 lg = ve.loadgen
-agent = _load(SOAK / "agent.py", "preflight_soak_agent_for_vllm_test")
+records = _load(SOAK / "records.py", "preflight_soak_records_for_vllm_test")
 
 
 # --- Server log signatures on recorded logs ----------------------------------------------------
@@ -141,9 +143,9 @@ def test_builtin_model_configs_have_the_documented_shapes(tmp_path):
 
 def test_engine_rows_are_written_as_the_agent_writes_its_own():
     row = ve.EngineRow(1795949710.4, "node1", "output_tokens_per_s", 1235.455)
-    assert agent.row_text([row]) == agent.row_text([agent.ThroughputRow(*dataclasses.astuple(row))])
-    assert agent.row_text([row]) == "1795949710.4,node1,output_tokens_per_s,1235.455,\n"
-    assert tuple(ve.EngineRow.__dataclass_fields__) == agent.THROUGHPUT_COLUMNS
+    assert records.row_text([row]) == records.row_text([records.ThroughputRow(*dataclasses.astuple(row))])
+    assert records.row_text([row]) == "1795949710.4,node1,output_tokens_per_s,1235.455,\n"
+    assert tuple(ve.EngineRow.__dataclass_fields__) == records.THROUGHPUT_COLUMNS
 
 
 # --- Failures the engine reports ---------------------------------------------------------------
@@ -195,7 +197,7 @@ def test_real_vllm_cpu_soak(tmp_path):
         ready_timeout_s=START_LIMIT_S,
         load=lg.LoadConfig(concurrency=16, max_tokens=128, prompt_tokens=64, window_s=5.0))
     engine = ve.VllmEngine(params, tmp_path / "soak", seconds=START_LIMIT_S + LOAD_S)
-    throughput = agent.AppendLog(tmp_path / "throughput.csv", agent.THROUGHPUT_COLUMNS)
+    throughput = records.AppendLog(tmp_path / "throughput.csv", records.THROUGHPUT_COLUMNS)
     rows, errors, endpoint_rows = [], [], []
     t0 = time.time()
     engine.start(t0)
@@ -204,7 +206,7 @@ def test_real_vllm_cpu_soak(tmp_path):
         ready_at = None
         while engine.running() and time.time() < t0 + START_LIMIT_S + LOAD_S:
             got, errs = engine.poll("ci")
-            throughput.append(agent.row_text(got))
+            throughput.append(records.row_text(got))
             rows += got
             errors += errs
             if ready_at is None and engine.summary()["ready"]:
@@ -225,7 +227,7 @@ def test_real_vllm_cpu_soak(tmp_path):
     finally:
         errors += engine.finish(stopped=False)
         got, errs = engine.poll("ci", final=True)
-        throughput.append(agent.row_text(got))
+        throughput.append(records.row_text(got))
         throughput.close()
         rows += got
         errors += errs
@@ -244,9 +246,9 @@ def test_real_vllm_cpu_soak(tmp_path):
     # Latency percentiles in every window but perhaps the last (cut short when the soak ended,
     # it may have seen no first token or no completion).
     assert len(tokens) - 1 <= len(by["ttft_p50_ms"]) == len(by["ttft_p99_ms"]) <= len(tokens)
-    assert all(0 < p50 <= p99 for p50, p99 in zip(by["ttft_p50_ms"], by["ttft_p99_ms"]))
+    assert all(0 < p50 <= p99 for p50, p99 in zip(by["ttft_p50_ms"], by["ttft_p99_ms"], strict=True))
     assert len(tokens) - 1 <= len(by["tpot_p50_ms"]) == len(by["tpot_p99_ms"]) <= len(tokens)
-    assert all(0 < p50 <= p99 < 5000 for p50, p99 in zip(by["tpot_p50_ms"], by["tpot_p99_ms"]))
+    assert all(0 < p50 <= p99 < 5000 for p50, p99 in zip(by["tpot_p50_ms"], by["tpot_p99_ms"], strict=True))
     assert set(by["errors"]) == {0} and max(by["in_flight"]) == 16
     # Metrics scrapes: vLLM 0.32 says kv_cache_usage_perc; the 16 + 4 requests of the two
     # clients fit its 128 sequences at once (its gauges lag: many scrapes read 0 running).

@@ -1,9 +1,13 @@
 """Code that runs ON a node, shipped there as files (one tar over SSH stdin, or as a probe
-argument): the soak agent, the NVML sampler, the burn engine, the vLLM engine and its load
-generator, and the torch all_reduce fallback.
+argument): the soak agent (``agent.py``, with ``records.py``, what it writes; ``sampler.py``,
+NVML; ``burn.py``, the burn engine), the vLLM engine (``vllm_engine.py``, ``vllm_log.py``) and
+its load generator (``loadgen.py``, ``loadgen_http.py``, ``loadgen_windows.py``), and the torch
+all_reduce fallback (``torch_allreduce.py``).
 
-A node has python3 and its own tools, not preflight: nothing here imports preflight, and
-modules import their siblings by plain name when run as scripts. Contract strings the
-controller also uses (CSV columns, format names) are kept in step with
-``preflight.contracts`` by a test.
+A node has python3 and its own tools, not preflight: nothing here imports preflight. A module
+imports its siblings relatively when it is imported from this package, and by plain name when
+it runs from a directory holding the files (``try: from . import x`` / ``except ImportError:
+import x``), so both work. Contract strings the controller also uses (CSV columns, format and
+file names) are kept in step with ``preflight.contracts`` by tests/test_contracts.py, and
+``preflight.soak.ship.NODE_FILES`` says what travels with the agent.
 """

@@ -2,12 +2,15 @@
 """Streaming load generator for an OpenAI-compatible ``/v1/completions`` server (vLLM first).
 
 Standard library only (asyncio streams, no aiohttp/httpx) and free of preflight imports: the
-soak ships this file to a node beside the agent and runs it there with any ``python3``:
+soak ships this file to a node beside the agent, with its two siblings (``loadgen_http.py``:
+the HTTP client and the stream's decoding; ``loadgen_windows.py``: the per-window figures and
+the server's gauges), and runs it there with any ``python3``:
 
     python3 loadgen.py --url http://127.0.0.1:8000 --seconds 600 [--concurrency 256] ...
 
 prints one JSON object a line on stdout: ``{"event": "row", "time", "metric", "value"}`` per
-window and metric, ``ready``, ``note``, ``fatal`` and a closing ``summary``.
+window and metric (loadgen_windows.py lists them), ``ready``, ``note``, ``fatal`` and a closing
+``summary``.
 
 What it sends: ``concurrency`` requests kept in flight, each ``stream: true`` with
 ``stream_options.include_usage``; the prompt is a list of random token ids (works when the
@@ -17,29 +20,9 @@ while the server accepts them. A probe request before the load picks the first b
 takes, in this order: token ids with vLLM's extras, token ids without, text without (a plain
 OpenAI server rejects unknown fields with 400).
 
-What it reads: Server-Sent Events (``data: {...}`` lines, ``data: [DONE]`` last), over
-``Transfer-Encoding: chunked``, ``Content-Length`` or read-to-close bodies. A chunk's tokens
-are its ``token_ids`` (vLLM with ``return_token_ids``), else one per choice (vLLM streams a
-chunk per decode step, its ``text`` empty when the server runs without a tokenizer); the
-closing ``usage.completion_tokens`` tops the count up when a chunk held several tokens.
 A request is an error when the status is not 200, the stream carries an ``error`` object,
 the connection drops before ``[DONE]``, or it stalls past the timeouts; failed requests are
 counted by kind and the worker backs off a little, so a dead server is not hammered.
-
-Per window (default 10 s, on a grid from the start of the load; the window before the deadline
-takes in a rest shorter than half a window, and a run stopped early closes its last window
-where it stands):
-``output_tokens_per_s`` (tokens received in the window), ``requests_per_s`` (completed),
-``ttft_p50_ms``/``ttft_p90_ms``/``ttft_p99_ms`` (requests whose first token came in the
-window), ``tpot_p50_ms``/``tpot_p99_ms`` ((last token - first token) / (tokens - 1) of requests
-completed in the window, as ``vllm bench serve`` defines it), ``errors``, ``in_flight`` (at the
-window's end); and from ``/metrics`` scraped at the window's end (Prometheus text format):
-``requests_running``, ``requests_waiting``, ``kv_cache_usage`` (fraction 0-1, from
-``vllm:kv_cache_usage_perc`` or the deprecated ``vllm:gpu_cache_usage_perc`` of older vLLM),
-``preemptions`` (``vllm:num_preemptions_total`` increase over the window) and
-``server_output_tokens_per_s`` (``vllm:generation_tokens_total`` increase over the window).
-Several label sets (data-parallel engines, models) are summed, except KV-cache usage, where
-the fullest engine is reported.
 
 The run is bounded: it ends at ``seconds`` after the load began (requests in flight are
 cancelled, not counted as errors), after ``max_requests`` requests, or on a stop (SIGTERM /
@@ -52,427 +35,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import signal
-import ssl
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
-from urllib.parse import urlsplit
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-# StreamReader line limit: the first chunk of a vLLM stream echoes the prompt's token ids.
-LINE_LIMIT = 1 << 20
-METRICS_BODY_LIMIT = 32 << 20
+try:
+    from . import loadgen_http, loadgen_windows
+except ImportError:  # a shipped copy, run as a script beside its siblings
+    import loadgen_http
+    import loadgen_windows
+
 ERROR_BODY_LIMIT = 4096
 # Back-off after a failed request, doubling up to the maximum; a success resets it.
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 2.0
-READY_POLL_S = 1.0
-
-
-# --- Prometheus text format (pure) -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PromSample:
-    name: str
-    labels: Tuple[Tuple[str, str], ...]
-    value: float
-
-
-@dataclass(frozen=True)
-class PromText:
-    samples: Tuple[PromSample, ...]
-    notes: Tuple[str, ...] = ()
-
-
-_ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
-
-
-def _parse_labels(line: str, i: int) -> Tuple[Tuple[Tuple[str, str], ...], int]:
-    """Labels from ``line[i]`` == "{" to the closing "}"; returns them and the index after it."""
-    labels = []
-    i += 1
-    while True:
-        while i < len(line) and line[i] in " ,":
-            i += 1
-        if i >= len(line):
-            raise ValueError("unterminated label set")
-        if line[i] == "}":
-            return tuple(labels), i + 1
-        eq = line.index("=", i)
-        key = line[i:eq].strip()
-        if eq + 1 >= len(line) or line[eq + 1] != '"':
-            raise ValueError(f"label {key!r} has no quoted value")
-        j, value = eq + 2, []
-        while True:
-            if j >= len(line):
-                raise ValueError(f"label {key!r}: unterminated value")
-            ch = line[j]
-            if ch == "\\" and j + 1 < len(line):
-                value.append(_ESCAPES.get(line[j + 1], "\\" + line[j + 1]))
-                j += 2
-            elif ch == '"':
-                break
-            else:
-                value.append(ch)
-                j += 1
-        labels.append((key, "".join(value)))
-        i = j + 1
-
-
-def parse_prometheus(text: str) -> PromText:
-    """Every sample line of a Prometheus text exposition (``# HELP``/``# TYPE`` and other comments
-    skipped; an optional timestamp after the value ignored). A line that does not parse is left
-    out with a note, so a truncated scrape still yields the lines before the cut."""
-    samples, notes = [], []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            brace, space = line.find("{"), line.find(" ")
-            if brace != -1 and (space == -1 or brace < space):
-                name = line[:brace]
-                labels, end = _parse_labels(line, brace)
-                rest = line[end:].split()
-            else:
-                name, labels, rest = line.split()[0], (), line.split()[1:]
-            if not rest:
-                raise ValueError("no value")
-            samples.append(PromSample(name, labels, float(rest[0])))
-        except ValueError as exc:
-            notes.append(f"line {number}: {exc}: {line[:120]!r}")
-    return PromText(tuple(samples), tuple(notes))
-
-
-@dataclass(frozen=True)
-class ServerGauges:
-    """What one ``/metrics`` scrape says about a vLLM server; None where it did not say."""
-
-    requests_running: Optional[float] = None
-    requests_waiting: Optional[float] = None
-    kv_cache_usage: Optional[float] = None
-    kv_cache_metric: Optional[str] = None
-    preemptions_total: Optional[float] = None
-    generation_tokens_total: Optional[float] = None
-
-
-KV_CACHE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-
-
-def vllm_gauges(prom: PromText) -> ServerGauges:
-    """The vLLM series the soak follows. ``vllm:gpu_cache_usage_perc`` (deprecated in 2025-05 by
-    vllm PR #18354, no longer emitted by default since) is read only when the new name is absent."""
-    by_name: Dict[str, List[float]] = {}
-    for s in prom.samples:
-        if not math.isnan(s.value):
-            by_name.setdefault(s.name, []).append(s.value)
-
-    def total(name: str) -> Optional[float]:
-        return sum(by_name[name]) if name in by_name else None
-
-    kv_name = next((n for n in KV_CACHE_METRICS if n in by_name), None)
-    return ServerGauges(
-        requests_running=total("vllm:num_requests_running"),
-        requests_waiting=total("vllm:num_requests_waiting"),
-        kv_cache_usage=max(by_name[kv_name]) if kv_name else None,
-        kv_cache_metric=kv_name,
-        preemptions_total=total("vllm:num_preemptions_total"),
-        generation_tokens_total=total("vllm:generation_tokens_total"),
-    )
-
-
-# --- Server-Sent Events and completion chunks (pure) -------------------------------------------
-
-
-class SseDecoder:
-    """Feeds bytes in, gets each event's data out (several ``data:`` lines of one event joined by
-    "\\n"; comments and other fields ignored). Lines may be split anywhere between feeds."""
-
-    def __init__(self) -> None:
-        self._buf = b""
-        self._data: List[str] = []
-
-    def feed(self, chunk: bytes) -> List[str]:
-        self._buf += chunk
-        *lines, self._buf = self._buf.split(b"\n")
-        out = []
-        for raw in lines:
-            line = raw.rstrip(b"\r").decode("utf-8", "replace")
-            if not line:
-                if self._data:
-                    out.append("\n".join(self._data))
-                    self._data = []
-            elif line.startswith("data:"):
-                value = line[5:]
-                self._data.append(value[1:] if value.startswith(" ") else value)
-        return out
-
-    def close(self) -> List[str]:
-        """Events left when the stream ends without the blank line that should close them."""
-        out = self.feed(b"\n\n") if self._buf or self._data else []
-        self._buf = b""
-        return out
-
-
-@dataclass(frozen=True)
-class ChunkInfo:
-    tokens: int = 0
-    completion_tokens: Optional[int] = None
-    error: Optional[str] = None
-
-
-def chunk_info(event: dict) -> ChunkInfo:
-    """Tokens carried by one streamed completion chunk, its usage, or its error."""
-    err = event.get("error")
-    if err:
-        return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, dict) else str(err))
-    tokens = 0
-    for choice in event.get("choices") or ():
-        ids = choice.get("token_ids") if isinstance(choice, dict) else None
-        tokens += len(ids) if isinstance(ids, list) else 1
-    usage = event.get("usage")
-    completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    return ChunkInfo(tokens=tokens, completion_tokens=completion if isinstance(completion, int) else None)
-
-
-# --- Windows (pure) ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MetricRow:
-    time: float
-    metric: str
-    value: float
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) by linear interpolation between order statistics (numpy's
-    default), so a p99 of few samples stays between real values."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-@dataclass
-class _Bucket:
-    tokens: int = 0
-    completed: int = 0
-    errors: int = 0
-    ttft_s: List[float] = field(default_factory=list)
-    tpot_s: List[float] = field(default_factory=list)
-
-
-TTFT_PERCENTILES = (50, 90, 99)
-TPOT_PERCENTILES = (50, 99)
-
-
-class WindowRecorder:
-    """Collects what happens between two window closes; ``close`` turns it into rows. Times are
-    passed in, so the arithmetic is testable without a clock."""
-
-    def __init__(self, t0: float):
-        self.window_start = t0
-        self._b = _Bucket()
-        self._last_gauges: Optional[ServerGauges] = None
-
-    def tokens(self, n: int) -> None:
-        self._b.tokens += n
-
-    def first_token(self, ttft_s: float) -> None:
-        self._b.ttft_s.append(ttft_s)
-
-    def completed(self, tpot_s: Optional[float]) -> None:
-        self._b.completed += 1
-        if tpot_s is not None:
-            self._b.tpot_s.append(tpot_s)
-
-    def error(self) -> None:
-        self._b.errors += 1
-
-    def baseline(self, gauges: Optional[ServerGauges]) -> None:
-        """The scrape that the first window's counter increases are taken against."""
-        self._last_gauges = gauges
-
-    def close(self, t_end: float, in_flight: int) -> List[MetricRow]:
-        """The client-side rows of the window ending at ``t_end``; the next window starts there."""
-        b, dt = self._b, max(t_end - self.window_start, 1e-9)
-        t = round(t_end, 3)
-        rows = [MetricRow(t, "output_tokens_per_s", round(b.tokens / dt, 3)),
-                MetricRow(t, "requests_per_s", round(b.completed / dt, 4))]
-        for q in TTFT_PERCENTILES:
-            if b.ttft_s:
-                rows.append(MetricRow(t, f"ttft_p{q}_ms", round(percentile(b.ttft_s, q) * 1e3, 3)))
-        for q in TPOT_PERCENTILES:
-            if b.tpot_s:
-                rows.append(MetricRow(t, f"tpot_p{q}_ms", round(percentile(b.tpot_s, q) * 1e3, 3)))
-        rows += [MetricRow(t, "errors", b.errors), MetricRow(t, "in_flight", in_flight)]
-        self.window_start, self._b = t_end, _Bucket()
-        return rows
-
-    def server_rows(self, t_end: float, dt: float, g: ServerGauges) -> List[MetricRow]:
-        """The rows of a scrape taken as the window of ``dt`` seconds ending at ``t_end`` closed;
-        counters are reported as their increase since the previous scrape."""
-        t = round(t_end, 3)
-        rows = [MetricRow(t, name, value) for name, value in (
-            ("requests_running", g.requests_running), ("requests_waiting", g.requests_waiting),
-            ("kv_cache_usage", g.kv_cache_usage)) if value is not None]
-        prev = self._last_gauges
-        for name, now, before, per_s in (
-                ("preemptions", g.preemptions_total, prev and prev.preemptions_total, False),
-                ("server_output_tokens_per_s", g.generation_tokens_total,
-                 prev and prev.generation_tokens_total, True)):
-            # A counter that went down means the server restarted: no increase to report.
-            if now is not None and before is not None and now >= before:
-                rows.append(MetricRow(t, name, round((now - before) / dt, 3) if per_s else now - before))
-        self._last_gauges = g
-        return rows
-
-
-# --- HTTP over asyncio streams -----------------------------------------------------------------
-
-
-class HttpError(Exception):
-    """A response that is not HTTP, or a body cut short."""
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    scheme: str
-    host: str
-    port: int
-    base_path: str
-
-    @classmethod
-    def from_url(cls, url: str) -> "Endpoint":
-        """``http[s]://host[:port][/prefix]``; a trailing ``/v1`` is dropped (the paths used here,
-        /v1/completions, /health, /metrics, are all under the server's root)."""
-        parts = urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        path = parts.path.rstrip("/")
-        if path.endswith("/v1"):
-            path = path[:-3]
-        return cls(parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), path)
-
-    def url(self, path: str) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}{self.base_path}{path}"
-
-
-@dataclass
-class Response:
-    status: int
-    headers: Dict[str, str]
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-async def _timed(awaitable: Awaitable, timeout: float):
-    return await asyncio.wait_for(awaitable, timeout)
-
-
-async def http_request(ep: Endpoint, method: str, path: str, body: Optional[bytes], timeout: float,
-                       api_key: Optional[str] = None, accept: str = "*/*",
-                       head_timeout: Optional[float] = None) -> Response:
-    """Sends one request on a new connection (``Connection: close``) and reads the status line
-    and headers; the caller reads the body with ``body_chunks`` and closes the response.
-    ``timeout`` bounds the connect and the send; ``head_timeout`` (default: the same) the wait
-    for the status line, which a loaded server may send late."""
-    head_timeout = timeout if head_timeout is None else head_timeout
-    ctx = ssl.create_default_context() if ep.scheme == "https" else None
-    reader, writer = await _timed(asyncio.open_connection(
-        ep.host, ep.port, ssl=ctx, server_hostname=ep.host if ctx else None, limit=LINE_LIMIT), timeout)
-    try:
-        head = [f"{method} {ep.base_path}{path} HTTP/1.1", f"Host: {ep.host}:{ep.port}",
-                f"Accept: {accept}", "Connection: close", "User-Agent: preflight-loadgen"]
-        if body is not None:
-            head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
-        if api_key:
-            head.append(f"Authorization: Bearer {api_key}")
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b""))
-        await _timed(writer.drain(), timeout)
-        status_line = await _timed(reader.readline(), head_timeout)
-        if not status_line:
-            raise ConnectionResetError("connection closed before a response")
-        parts = status_line.decode("latin-1").split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-            raise HttpError(f"not an HTTP response: {status_line[:80]!r}")
-        headers = {}
-        while True:
-            line = await _timed(reader.readline(), timeout)
-            if line in (b"\r\n", b"\n", b""):
-                break
-            key, _, value = line.decode("latin-1").partition(":")
-            headers[key.strip().lower()] = value.strip()
-        return Response(int(parts[1]), headers, reader, writer)
-    except BaseException:
-        writer.close()
-        raise
-
-
-async def body_chunks(resp: Response, idle_timeout: float):
-    """The body's bytes as they come: chunked transfer coding, Content-Length, or up to the close.
-    A body cut short raises ``asyncio.IncompleteReadError`` or ``HttpError``; a read waiting
-    longer than ``idle_timeout`` raises ``asyncio.TimeoutError``."""
-    r = resp.reader
-    if "chunked" in resp.headers.get("transfer-encoding", "").lower():
-        while True:
-            size_line = await _timed(r.readline(), idle_timeout)
-            if not size_line.endswith(b"\n"):
-                raise HttpError("connection closed inside the chunked body")
-            try:
-                size = int(size_line.split(b";")[0].strip(), 16)
-            except ValueError:
-                raise HttpError(f"bad chunk size line {size_line[:40]!r}") from None
-            if size == 0:
-                return
-            data = await _timed(r.readexactly(size + 2), idle_timeout)
-            yield data[:-2]
-    elif "content-length" in resp.headers:
-        left = int(resp.headers["content-length"])
-        while left > 0:
-            data = await _timed(r.read(min(left, 1 << 16)), idle_timeout)
-            if not data:
-                raise HttpError(f"connection closed with {left} bytes of the body missing")
-            left -= len(data)
-            yield data
-    else:
-        while True:
-            data = await _timed(r.read(1 << 16), idle_timeout)
-            if not data:
-                return
-            yield data
-
-
-async def read_body(resp: Response, timeout: float, limit: int) -> bytes:
-    parts, size = [], 0
-    async for data in body_chunks(resp, timeout):
-        parts.append(data)
-        size += len(data)
-        if size >= limit:
-            break
-    return b"".join(parts)[:limit]
-
-
-async def http_get(ep: Endpoint, path: str, timeout: float, api_key: Optional[str] = None,
-                   limit: int = METRICS_BODY_LIMIT) -> Tuple[int, str]:
-    resp = await http_request(ep, "GET", path, None, timeout, api_key)
-    try:
-        return resp.status, (await read_body(resp, timeout, limit)).decode("utf-8", "replace")
-    finally:
-        resp.close()
 
 
 # --- The load generator ------------------------------------------------------------------------
@@ -548,10 +129,6 @@ class LoadSummary:
     notes: Tuple[str, ...] = ()
 
 
-class NotReady(Exception):
-    """The server never answered; the load cannot start."""
-
-
 class _NoResponse(Exception):
     """The request got no status line: nothing listening, or the connection dropped at once."""
 
@@ -565,10 +142,10 @@ class LoadGenerator:
     """One run: ``await run(stop)``; rows go to ``emit`` at each window close, ``ready`` and
     ``note`` events to ``on_event``."""
 
-    def __init__(self, cfg: LoadConfig, emit: Callable[[List[MetricRow]], None],
+    def __init__(self, cfg: LoadConfig, emit: Callable[[List[loadgen_windows.MetricRow]], None],
                  on_event: Optional[Callable[[str, dict], None]] = None):
         self.cfg = cfg
-        self.ep = Endpoint.from_url(cfg.url)
+        self.ep = loadgen_http.Endpoint.from_url(cfg.url)
         self.emit = emit
         self.on_event = on_event or (lambda kind, data: None)
         self.model = cfg.model
@@ -579,7 +156,7 @@ class LoadGenerator:
         self._started = self._completed = self._cancelled = self._in_flight = self._tokens = 0
         self._all_ttft: List[float] = []
         self._all_tpot: List[float] = []
-        self._rec: Optional[WindowRecorder] = None
+        self._rec: Optional[loadgen_windows.WindowRecorder] = None
         self._stopping = False
         self._scrapes = 0
         self._scrape_errors = 0
@@ -624,33 +201,33 @@ class LoadGenerator:
             self._fail("timeout", f"no progress for {cfg.idle_timeout_s:g} s or over {cfg.request_timeout_s:g} s")
         except _NoResponse as exc:
             self._fail("no_response", str(exc))
-        except (asyncio.IncompleteReadError, OSError, HttpError) as exc:
+        except (asyncio.IncompleteReadError, OSError, loadgen_http.HttpError) as exc:
             self._fail("disconnect", f"{type(exc).__name__}: {exc}")
         return False
 
     async def _stream(self, rid: int, t_start: float) -> bool:
         cfg = self.cfg
         try:
-            resp = await http_request(self.ep, "POST", "/v1/completions", self.body(rid, self.mode),
+            resp = await loadgen_http.http_request(self.ep, "POST", "/v1/completions", self.body(rid, self.mode),
                                       cfg.connect_timeout_s, cfg.api_key, accept="text/event-stream",
                                       head_timeout=cfg.idle_timeout_s)
-        except (OSError, HttpError, asyncio.IncompleteReadError) as exc:
+        except (OSError, loadgen_http.HttpError, asyncio.IncompleteReadError) as exc:
             raise _NoResponse(f"{type(exc).__name__}: {exc}") from None
         try:
             if resp.status != 200:
-                detail = await read_body(resp, cfg.connect_timeout_s, ERROR_BODY_LIMIT)
+                detail = await loadgen_http.read_body(resp, cfg.connect_timeout_s, ERROR_BODY_LIMIT)
                 self._fail(f"http_{resp.status}", detail.decode("utf-8", "replace"))
                 return False
-            decoder, counted, usage = SseDecoder(), 0, None
+            decoder, counted, usage = loadgen_http.SseDecoder(), 0, None
             first = last = None
             done = False
-            async for data in body_chunks(resp, cfg.idle_timeout_s):
+            async for data in loadgen_http.body_chunks(resp, cfg.idle_timeout_s):
                 for payload in decoder.feed(data):
                     if payload.strip() == "[DONE]":
                         done = True
                         break
                     try:
-                        info = chunk_info(json.loads(payload))
+                        info = loadgen_http.chunk_info(json.loads(payload))
                     except (ValueError, AttributeError):
                         self._fail("bad_chunk", payload[:200])
                         return False
@@ -716,68 +293,39 @@ class LoadGenerator:
 
     # --- before the load
 
-    async def _wait_ready(self, stop: asyncio.Event) -> float:
-        t0 = time.monotonic()
-        deadline = t0 + self.cfg.ready_timeout_s
-        last = "no answer"
-        while time.monotonic() < deadline and not stop.is_set():
-            for path in ("/health", "/v1/models"):
-                try:
-                    status, _ = await http_get(self.ep, path, min(5.0, self.cfg.connect_timeout_s), self.cfg.api_key)
-                except (OSError, asyncio.TimeoutError, HttpError, asyncio.IncompleteReadError) as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                    break  # nothing listening yet: no point in the second path
-                if status == 200:
-                    return time.monotonic() - t0
-                last = f"GET {path}: HTTP {status}"
-            try:  # a sleep that a stop ends
-                await asyncio.wait_for(stop.wait(), max(0.0, min(READY_POLL_S, deadline - time.monotonic())))
-            except asyncio.TimeoutError:
-                pass
-        if stop.is_set():
-            return time.monotonic() - t0
-        raise NotReady(f"{self.ep.url('')} not ready after {time.monotonic() - t0:.1f} s ({last})")
-
-    async def _discover_model(self) -> Optional[str]:
-        """The first model /v1/models lists; None when it lists none (the probe then says why)."""
-        try:
-            status, text = await http_get(self.ep, "/v1/models", self.cfg.connect_timeout_s, self.cfg.api_key)
-            return json.loads(text)["data"][0]["id"] if status == 200 else None
-        except (OSError, asyncio.TimeoutError, HttpError, asyncio.IncompleteReadError,
-                ValueError, KeyError, IndexError, TypeError):
-            return None
-
     async def _probe(self) -> None:
         """Finds the first request body the server takes (see the module docstring)."""
         order = [m for m in _BODIES if m == "text" or not self.cfg.text_prompts]
         tried = []
         for mode in order:
             try:
-                resp = await http_request(self.ep, "POST", "/v1/completions", self.body(-1, mode, 2),
+                resp = await loadgen_http.http_request(self.ep, "POST", "/v1/completions", self.body(-1, mode, 2),
                                           self.cfg.connect_timeout_s, self.cfg.api_key,
                                           head_timeout=self.cfg.idle_timeout_s)
                 try:
-                    body = await read_body(resp, self.cfg.idle_timeout_s, 1 << 20)
+                    body = await loadgen_http.read_body(resp, self.cfg.idle_timeout_s, 1 << 20)
                 finally:
                     resp.close()
-            except (OSError, asyncio.TimeoutError, HttpError, asyncio.IncompleteReadError) as exc:
-                raise NotReady(f"probe request failed: {type(exc).__name__}: {exc}") from None
+            except (OSError, asyncio.TimeoutError, loadgen_http.HttpError, asyncio.IncompleteReadError) as exc:
+                raise loadgen_http.NotReady(f"probe request failed: {type(exc).__name__}: {exc}") from None
             if resp.status == 200:
                 if tried:
                     self.note(f"server rejected {', '.join(tried)} request bodies; sending {mode}")
                 self.mode = mode
                 return
             if resp.status not in (400, 422):
-                raise NotReady(f"probe request: HTTP {resp.status}: {body[:300].decode('utf-8', 'replace')}")
+                raise loadgen_http.NotReady(
+                    f"probe request: HTTP {resp.status}: {body[:300].decode('utf-8', 'replace')}")
             tried.append(f"{mode} (HTTP {resp.status}: {body[:200].decode('utf-8', 'replace')})")
-        raise NotReady(f"server rejected every request body: {'; '.join(tried)}")
+        raise loadgen_http.NotReady(f"server rejected every request body: {'; '.join(tried)}")
 
-    async def _scrape(self) -> Optional[ServerGauges]:
+    async def _scrape(self) -> Optional[loadgen_windows.ServerGauges]:
         if not self.cfg.scrape_metrics or self._scrape_failed:
             return None
         try:
-            status, text = await http_get(self.ep, "/metrics", min(5.0, self.cfg.window_s / 2), self.cfg.api_key)
-        except (OSError, asyncio.TimeoutError, HttpError, asyncio.IncompleteReadError) as exc:
+            status, text = await loadgen_http.http_get(self.ep, "/metrics", min(5.0, self.cfg.window_s / 2),
+                                                       self.cfg.api_key)
+        except (OSError, asyncio.TimeoutError, loadgen_http.HttpError, asyncio.IncompleteReadError) as exc:
             self._scrape_errors += 1
             if self._scrape_errors == 1:  # one note, not one a window
                 self.note(f"/metrics scrape failed: {type(exc).__name__}: {exc}")
@@ -787,10 +335,10 @@ class LoadGenerator:
             self._scrape_failed = True
             self.note(f"/metrics answered HTTP {status}; server metrics left out")
             return None
-        gauges = vllm_gauges(parse_prometheus(text))
+        gauges = loadgen_windows.vllm_gauges(loadgen_windows.parse_prometheus(text))
         if gauges.kv_cache_metric and gauges.kv_cache_metric != self._kv_metric:
             self._kv_metric = gauges.kv_cache_metric
-            if gauges.kv_cache_metric != KV_CACHE_METRICS[0]:
+            if gauges.kv_cache_metric != loadgen_windows.KV_CACHE_METRICS[0]:
                 self.note(f"KV-cache usage from the deprecated {gauges.kv_cache_metric}")
         self._scrapes += 1
         return gauges
@@ -801,13 +349,15 @@ class LoadGenerator:
         stop = stop or asyncio.Event()
         t_ready = time.time()
         try:
-            waited = await self._wait_ready(stop) if self.cfg.ready_timeout_s > 0 else 0.0
+            cfg = self.cfg
+            waited = (await loadgen_http.wait_ready(self.ep, cfg.ready_timeout_s, cfg.connect_timeout_s, cfg.api_key,
+                                                    stop) if cfg.ready_timeout_s > 0 else 0.0)
             if stop.is_set():
                 self.note("stopped before the server was ready")
                 return self._summary(None, time.time() - t_ready, 0)
-            self.model = self.model or await self._discover_model()
+            self.model = self.model or await loadgen_http.first_model(self.ep, cfg.connect_timeout_s, cfg.api_key)
             await self._probe()
-        except NotReady as exc:
+        except loadgen_http.NotReady as exc:
             return self._summary(None, time.time() - t_ready, 0, str(exc))
         self.on_event("ready", {"waited_s": round(waited, 3), "model": self.model, "prompt_mode": self.mode})
         return await self._load(stop)
@@ -816,7 +366,7 @@ class LoadGenerator:
         cfg = self.cfg
         baseline = await self._scrape()
         t0 = time.time()
-        self._rec = WindowRecorder(t0)
+        self._rec = loadgen_windows.WindowRecorder(t0)
         self._rec.baseline(baseline)
         end = t0 + cfg.seconds
         workers = [asyncio.ensure_future(self._worker()) for _ in range(cfg.concurrency)]
@@ -858,19 +408,20 @@ class LoadGenerator:
 
     def _summary(self, t0: Optional[float], duration: float, windows: int, fatal: Optional[str] = None) -> LoadSummary:
         def pct(values: List[float], qs: Sequence[int]) -> Dict[str, float]:
-            return {f"p{q}": round(percentile(values, q) * 1e3, 3) for q in qs} if values else {}
+            return {f"p{q}": round(loadgen_windows.percentile(values, q) * 1e3, 3) for q in qs} if values else {}
 
         notes = list(self.notes) + [f"{kind}: e.g. {text}" for kind, text in self.error_examples.items()]
         return LoadSummary(
             model=self.model, prompt_mode=self.mode, started=t0, duration_s=round(duration, 3),
             requests_started=self._started, requests_completed=self._completed,
             requests_cancelled=self._cancelled, output_tokens=self._tokens, errors=dict(self.errors),
-            ttft_ms=pct(self._all_ttft, TTFT_PERCENTILES), tpot_ms=pct(self._all_tpot, TPOT_PERCENTILES),
+            ttft_ms=pct(self._all_ttft, loadgen_windows.TTFT_PERCENTILES),
+            tpot_ms=pct(self._all_tpot, loadgen_windows.TPOT_PERCENTILES),
             windows=windows, scrapes=self._scrapes, kv_cache_metric=self._kv_metric, fatal=fatal,
             notes=tuple(notes))
 
 
-def run_load(cfg: LoadConfig, emit: Callable[[List[MetricRow]], None],
+def run_load(cfg: LoadConfig, emit: Callable[[List[loadgen_windows.MetricRow]], None],
              stop: Optional[threading.Event] = None,
              on_event: Optional[Callable[[str, dict], None]] = None) -> LoadSummary:
     """Runs a load to its end in a new event loop; ``stop`` (set from any thread) ends it early."""
@@ -915,8 +466,10 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[LoadConfig, bool]:
     ap = argparse.ArgumentParser(prog="loadgen.py", description=__doc__.splitlines()[0])
     ap.add_argument("--url", default=d.url, help=f"server base URL (default {d.url})")
     ap.add_argument("--model", default=None, help="model name (default: the first /v1/models lists)")
-    ap.add_argument("--concurrency", type=int, default=d.concurrency, help=f"requests in flight (default {d.concurrency})")
-    ap.add_argument("--max-tokens", type=int, default=d.max_tokens, help=f"output tokens per request (default {d.max_tokens})")
+    ap.add_argument("--concurrency", type=int, default=d.concurrency,
+                    help=f"requests in flight (default {d.concurrency})")
+    ap.add_argument("--max-tokens", type=int, default=d.max_tokens,
+                    help=f"output tokens per request (default {d.max_tokens})")
     ap.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens,
                     help=f"prompt length in tokens (words with --text-prompts; default {d.prompt_tokens})")
     ap.add_argument("--text-prompts", action="store_true", help="send text prompts instead of token ids")
@@ -945,7 +498,7 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[LoadConfig, bool]:
                          idle_timeout_s=a.idle_timeout,
                          request_timeout_s=a.request_timeout, scrape_metrics=not a.no_metrics, seed=a.seed,
                          api_key=os.environ.get("OPENAI_API_KEY") or None)
-        Endpoint.from_url(cfg.url)
+        loadgen_http.Endpoint.from_url(cfg.url)
     except ValueError as exc:
         ap.error(str(exc))
     return cfg, a.stop_on_stdin_eof
@@ -971,7 +524,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         threading.Thread(target=watch_stdin, daemon=True).start()
 
-    def emit(rows: List[MetricRow]) -> None:
+    def emit(rows: List[loadgen_windows.MetricRow]) -> None:
         for r in rows:
             _print({"event": "row", "time": r.time, "metric": r.metric, "value": r.value})
 

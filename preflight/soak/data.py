@@ -7,6 +7,7 @@ The directory looks like this (docs/contracts.md §6)::
                               memory_clock_mhz, power_w, power_limit_w, utilization_pct,
                               memory_used_mib, clocks_event_reasons
     SOAK_DIR/throughput.csv   time, host, metric, value
+    SOAK_DIR/events.csv       time, host, gpu, event, data (optional; ``read_events``)
 
 Every contract column must be in the header (in any order; more may follow), but any cell
 other than ``time``, ``host`` and ``gpu`` may be empty, meaning "not available". ``N/A``,
@@ -34,6 +35,7 @@ capture into a soak directory that ``preflight analyze`` reads.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,18 +46,16 @@ from typing import Any
 
 import pandas as pd
 
-FORMAT = "preflight-soak/1"
-SOAK_JSON = "soak.json"
-TELEMETRY_CSV = "telemetry.csv"
-THROUGHPUT_CSV = "throughput.csv"
-
-TELEMETRY_COLUMNS: tuple[str, ...] = (
-    "time", "host", "gpu", "temperature_c", "memory_temperature_c", "sm_clock_mhz",
-    "memory_clock_mhz", "power_w", "power_limit_w", "utilization_pct", "memory_used_mib",
-    "clocks_event_reasons",
+from preflight.contracts import (
+    EVENTS_CSV,
+    SLOWDOWN_COLUMN,
+    SOAK_FORMAT,
+    SOAK_JSON,
+    TELEMETRY_COLUMNS,
+    TELEMETRY_CSV,
+    THROUGHPUT_COLUMNS,
+    THROUGHPUT_CSV,
 )
-THROUGHPUT_COLUMNS: tuple[str, ...] = ("time", "host", "metric", "value")
-SLOWDOWN_COLUMN = "slowdown_temperature_c"
 
 # Numeric telemetry columns whose cells may be empty; `time` and `gpu` may not.
 _OPTIONAL_NUMERIC = tuple(c for c in TELEMETRY_COLUMNS if c not in ("time", "host", "gpu"))
@@ -84,7 +84,7 @@ class SoakMeta:
     extra: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "engine": self.engine, "started": self.started,
+        return {"format": SOAK_FORMAT, "engine": self.engine, "started": self.started,
                 "hosts": list(self.hosts), **(self.extra or {})}
 
 
@@ -141,8 +141,20 @@ def read_soak(soak_dir: str | Path) -> SoakData:
         notes.append(f"{TELEMETRY_CSV} has hosts not listed in {SOAK_JSON}: {', '.join(unknown)}")
     return SoakData(soak_dir, meta,
                     telemetry.drop(columns="_line").sort_values("time", kind="stable").reset_index(drop=True),
-                    throughput.drop(columns="_line", errors="ignore").sort_values("time", kind="stable").reset_index(drop=True),
+                    throughput.drop(columns="_line", errors="ignore").sort_values("time", kind="stable")
+                    .reset_index(drop=True),
                     tuple(notes))
+
+
+def read_events(soak_dir: str | Path) -> tuple[dict[str, str], ...]:
+    """events.csv's rows as they are, in file order. The file is optional and read, not
+    validated: the agent writes it as things happen, so an absent file reads as no events and
+    a row cut short as the cells it has."""
+    try:
+        with (Path(soak_dir) / EVENTS_CSV).open(newline="", encoding="utf-8", errors="replace") as f:
+            return tuple(csv.DictReader(f))
+    except FileNotFoundError:
+        return ()
 
 
 def _read_meta(path: Path) -> SoakMeta:
@@ -154,8 +166,8 @@ def _read_meta(path: Path) -> SoakMeta:
         raise SoakDataError(path, f"invalid JSON ({exc.msg})", line=exc.lineno) from None
     if not isinstance(raw, dict):
         raise SoakDataError(path, "must be a JSON object")
-    if raw.get("format") != FORMAT:
-        raise SoakDataError(path, f"expected {FORMAT!r}, got {raw.get('format')!r}", field="format")
+    if raw.get("format") != SOAK_FORMAT:
+        raise SoakDataError(path, f"expected {SOAK_FORMAT!r}, got {raw.get('format')!r}", field="format")
     for key in ("engine", "started"):
         if not isinstance(raw.get(key), str) or not raw[key]:
             raise SoakDataError(path, "must be a non-empty string", field=key)

@@ -26,7 +26,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from preflight.soak.analysis import (
+from preflight.contracts import SLOWDOWN_COLUMN
+from preflight.soak.data import SoakData
+from preflight.soak.figures import (
     HW_POWER_BRAKE,
     HW_SLOWDOWN,
     SW_POWER_CAP,
@@ -35,7 +37,6 @@ from preflight.soak.analysis import (
     node_throughput,
     throughput_trends,
 )
-from preflight.soak.data import SLOWDOWN_COLUMN, SoakData
 
 _SHADES = (  # drawn in this order, so the worse reason paints over the milder one
     ("SW power cap", SW_POWER_CAP, "#cfe3f7"),

@@ -1,0 +1,129 @@
+"""What a soak check sees: one soak, its figures worked out once, and the verdicts that judge them.
+
+A ``@soak_check`` function (``checks/soak.py``) gets one ``SoakContext`` for the whole soak and
+returns outcomes naming their hosts, as a fleet check does. Checks sit at the judge layer and
+may not import ``preflight.soak`` (tests/test_layers.py), so the context carries both the
+figures (per-GPU summaries, throughput trends, each host's rows, the events) and, as its
+``judge_*`` methods, the built-in verdicts of gpu_verdicts.py, throughput.py and server_log.py;
+a check decides which hosts a verdict covers, the verdict holds the thresholds and the words.
+
+Hosts are soak.json's, then any host only the telemetry names. A host has GPU telemetry when
+it has rows in telemetry.csv; a ``vllm`` soak's host without any is excused when its agent
+found no NVIDIA driver (soak.json ``no_telemetry``: vLLM on the CPU, as in CI), and only its
+throughput is judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+import pandas as pd
+
+from preflight.check import Outcome
+from preflight.soak import gpu_verdicts, server_log, throughput
+from preflight.soak.data import SoakData, read_events
+from preflight.soak.figures import (
+    DEFAULT_THRESHOLDS,
+    GpuSummary,
+    MetricTrend,
+    Thresholds,
+    gpu_summaries,
+    throughput_trends,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class SoakContext:
+    """One soak, ready to judge. ``gpus``, ``trends`` and ``throughput`` have every host (empty
+    where it recorded none); ``telemetry`` only the hosts with rows. ``notes`` say what was
+    tolerated while reading and where the telemetry has gaps."""
+
+    data: SoakData
+    thresholds: Thresholds
+    hosts: tuple[str, ...]
+    gpus: Mapping[str, tuple[GpuSummary, ...]]
+    trends: Mapping[str, tuple[MetricTrend, ...]]
+    telemetry: Mapping[str, pd.DataFrame]
+    throughput: Mapping[str, pd.DataFrame]
+    no_telemetry: Mapping[str, str]  # host -> why its agent ran without GPU telemetry
+    events: tuple[Mapping[str, str], ...]  # events.csv's rows, in file order
+    notes: tuple[str, ...] = ()
+
+    @property
+    def engine(self) -> str:
+        return self.data.meta.engine
+
+    @property
+    def planned_s(self) -> float | None:
+        """How long the soak was meant to run (soak.json ``planned_s``), where it says."""
+        planned = (self.data.meta.extra or {}).get("planned_s")
+        return float(planned) if isinstance(planned, (int, float)) else None
+
+    @property
+    def sampled_hosts(self) -> tuple[str, ...]:
+        """The hosts with GPU telemetry, in host order."""
+        return tuple(h for h in self.hosts if self.gpus[h])
+
+    # --- the built-in verdicts, one host each
+
+    def judge_thermal(self, host: str) -> Outcome:
+        return gpu_verdicts.thermal(host, self.gpus[host], self.thresholds)
+
+    def judge_power(self, host: str) -> Outcome:
+        return gpu_verdicts.power(host, self.gpus[host], self.thresholds)
+
+    def judge_telemetry(self, host: str) -> Outcome:
+        return gpu_verdicts.telemetry(host, self.gpus[host], self.thresholds)
+
+    def judge_memory(self, host: str) -> Outcome:
+        return gpu_verdicts.memory(host, self.telemetry[host], self.thresholds)
+
+    def judge_throughput(self, host: str) -> Outcome:
+        """Times count from the host's first telemetry sample, or from its first throughput row
+        on a host without telemetry."""
+        rows = self.telemetry.get(host)
+        if rows is not None:
+            return throughput.throughput(host, self.trends[host], rows, self.thresholds)
+        host_thr = self.throughput[host]
+        t0 = float(host_thr["time"].min()) if len(host_thr) else None
+        return throughput.throughput(host, self.trends[host], self.data.telemetry.iloc[:0], self.thresholds, t0=t0)
+
+    def judge_outliers(self, host: str) -> Outcome:
+        return self._outliers[host]
+
+    def judge_server_log(self) -> list[Outcome]:
+        """Every server-log failure the agents recorded, for soak.json's hosts, in event order."""
+        return server_log.server_log(self.data.path, self.data.meta.hosts, self.events)
+
+    @cached_property
+    def _outliers(self) -> dict[str, Outcome]:
+        # One pass for every host: each host's GPUs are compared with the fleet's median.
+        return throughput.outliers(self.gpus, self.trends, self.thresholds)
+
+
+def soak_context(data: SoakData, thresholds: Thresholds = DEFAULT_THRESHOLDS,
+                 slowdown_temperature_c: float | None = None) -> SoakContext:
+    """The figures of an already read soak. ``slowdown_temperature_c`` applies where the
+    telemetry has no per-GPU threshold (from a platform profile, say)."""
+    th = thresholds
+    tele, thr = data.telemetry, data.throughput
+    hosts = tuple(dict.fromkeys([*data.meta.hosts, *sorted(set(tele["host"]))]))
+    by_host: dict[str, list[GpuSummary]] = {h: [] for h in hosts}
+    for g in gpu_summaries(tele, th, slowdown_temperature_c):
+        by_host[g.host].append(g)
+    tele_by_host = dict(tuple(tele.groupby("host", sort=False)))
+    thr_by_host = dict(tuple(thr.groupby("host", sort=False)))
+    no_telemetry = ((data.meta.extra or {}).get("no_telemetry") or {}) if data.meta.engine == "vllm" else {}
+    notes = list(data.notes)
+    for host in hosts:
+        if by_host[host]:
+            notes += gpu_verdicts.gap_notes(host, by_host[host])
+    return SoakContext(
+        data=data, thresholds=th, hosts=hosts,
+        gpus={h: tuple(by_host[h]) for h in hosts},
+        trends={h: tuple(throughput_trends(thr_by_host[h], th)) if h in thr_by_host else () for h in hosts},
+        telemetry={h: tele_by_host[h] for h in hosts if by_host[h]},
+        throughput={h: thr_by_host.get(h, thr.iloc[:0]) for h in hosts},
+        no_telemetry=no_telemetry, events=read_events(data.path), notes=tuple(notes))
