@@ -29,6 +29,7 @@ from simcluster import SimHost
 
 from preflight.app.cli import build_parser
 from preflight.app.cli import main as cli_main
+from preflight.app.soak_cli import plan_from_args
 from preflight.collect.inventory import load_hosts_file
 from preflight.collect.local import LocalNode
 from preflight.collect.ssh import SshOptions
@@ -38,7 +39,7 @@ from preflight.soak import controller
 from preflight.soak.analysis import analyze_soak
 from preflight.soak.follow import Mirror, node_status
 from preflight.soak.merge import merge_soak
-from preflight.soak.plan import SoakPlan, plan_from_args
+from preflight.soak.plan import SoakPlan
 from preflight.soak.ship import _START, NODE_FILES, agent_bundle
 
 NODE = AGENT.parent

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from preflight import __version__
-from preflight.app import options, targets
+from preflight.app import options, soak_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.run import RunRequest, execute, new_run_id, probes_for, write_atomic, write_reports
 from preflight.collect.fanout import ExecPlan
@@ -122,10 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("old", type=Path, help="the earlier run directory or its report.json")
     df.add_argument("new", type=Path, help="the later run directory or its report.json")
 
-    # The soak's side (rich.live, and pandas behind its analysis) loads only when asked for.
-    from preflight.soak import controller as soak_controller
-
-    soak_controller.add_parser(sub)
+    soak_cli.add_parser(sub)
     return parser
 
 
@@ -307,10 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     err = Console(stderr=True)
-    from preflight.soak.controller import cmd_soak  # rich.live and pandas: only for `soak`
 
-    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts, "soak": cmd_soak,
-                "explain": cmd_explain, "diff": cmd_diff}
+    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts,
+                "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff}
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:

@@ -60,16 +60,19 @@ OUTPUT = (
 
 
 def add(parser: argparse.ArgumentParser, options: tuple[Option, ...], title: str | None = None,
-        exclusive: bool = False) -> None:
+        exclusive: bool = False) -> Any:
+    """Add the options; returns the group they went into (a command may add its own to it)."""
     group: Any = parser.add_argument_group(title) if title else parser
     if exclusive:
         group = group.add_mutually_exclusive_group()
     for o in options:
         group.add_argument(*o.flags, **o.kwargs)
+    return group
 
 
-def add_targets(parser: argparse.ArgumentParser) -> None:
-    add(parser, TARGETS, exclusive=True)
+def add_targets(parser: argparse.ArgumentParser) -> Any:
+    """--hosts, -H, --local: one of them (the returned group takes more, e.g. soak's --attach)."""
+    return add(parser, TARGETS, exclusive=True)
 
 
 def add_ssh(parser: argparse.ArgumentParser) -> None:

@@ -17,29 +17,25 @@ The command in four steps, one module each:
 ``preflight soak --attach RUN_ID`` (after Ctrl-C, a dropped connection or a killed controller)
 reads run.json and resumes steps 3-4 where the local copies end. Every remote command is an argv
 list quoted with ``shlex.join``; host names and paths never reach a shell unquoted. The command
-line's options are declared in plan.py (``add_parser``, re-exported here for the CLI).
+line (options, ``cmd_soak``) is ``preflight.app.soak_cli``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
-from preflight.collect.inventory import InventoryInvalid
-from preflight.collect.local import local_host_name
-from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.diagnose.engine import load_knowledge
-from preflight.evidence.bundle import new_run_id
 from preflight.report import terminal
 from preflight.report.files import write_reports
 from preflight.soak.follow import follow_nodes
 from preflight.soak.merge import merge_soak
-from preflight.soak.plan import SoakPlan, SoakUsageError, add_parser, load_plan, plan_from_args, ssh_options
+from preflight.soak.plan import SoakPlan
 from preflight.soak.ship import Started, start
 
-__all__ = ["SoakOutcome", "add_parser", "analyze_and_show", "cmd_soak", "follow", "start"]
+__all__ = ["SoakOutcome", "analyze_and_show", "follow", "start"]
 
 
 @dataclass(frozen=True)
@@ -76,30 +72,3 @@ def analyze_and_show(outcome: SoakOutcome, console: Console) -> bool:
     write_reports(outcome.run_dir, analysis)
     terminal.show(analysis, console, str(outcome.run_dir))
     return analysis.failed
-
-
-def cmd_soak(args, console: Console) -> int:
-    err = Console(stderr=True)
-    try:
-        if args.attach:
-            plan = load_plan(args.out, args.attach)
-            if any(getattr(args, k) for k in ("user", "port", "identity", "ssh_config", "known_hosts")):
-                plan = replace(plan, ssh=ssh_options(args))
-            started = None
-        else:
-            plan = plan_from_args(args, local_host_name(), args.run_id or new_run_id())
-    except (SoakUsageError, InventoryInvalid) as exc:
-        err.print(f"preflight: error: {exc}", highlight=False, markup=False)
-        return EXIT_USAGE
-    try:
-        if not args.attach:
-            started = start(plan, console)
-        outcome = follow(plan, console, started, live=console.is_terminal and not args.quiet)
-    except KeyboardInterrupt:
-        again = f"preflight soak --attach {plan.run_id}" + (f" --out {args.out}" if args.out != Path("reports") else "")
-        err.print(f"preflight soak: detached; the agents keep running. Re-attach with: {again}",
-                  highlight=False, markup=False)
-        return EXIT_INTERRUPTED
-    failed = analyze_and_show(outcome, console) if outcome.merged["hosts"] else True
-    console.print(f"soak data: {outcome.run_dir}", highlight=False, markup=False)
-    return EXIT_FAILED if failed or outcome.failed else EXIT_OK

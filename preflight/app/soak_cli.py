@@ -1,0 +1,150 @@
+"""``preflight soak``'s command line: its options (the shared target, SSH and output groups of
+``preflight.app.options`` plus the soak's own), the ``SoakPlan`` they make, and the command
+itself: start, follow, merge and judge (``preflight.soak.controller``), with Ctrl-C leaving the
+agents running for ``--attach``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from preflight.app import options, targets
+from preflight.app.errors import INPUT_ERRORS, UsageError
+from preflight.collect.local import local_host_name
+from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from preflight.evidence.bundle import new_run_id
+from preflight.knowledge.datafile import positive
+from preflight.soak.controller import analyze_and_show, follow
+from preflight.soak.plan import (
+    ENGINES,
+    NODE_DIR,
+    POLL_S,
+    SoakPlan,
+    SoakUsageError,
+    builtin_models,
+    load_plan,
+)
+from preflight.soak.ship import start
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("soak", help="full-load burn-in with NVML telemetry on every node (detached agents)")
+    where = options.add_targets(p)
+    where.add_argument("--attach", metavar="RUN_ID", help="re-attach to a run: watch it, collect and analyse")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--hours", type=_positive, help="run length in hours (default 1)")
+    length.add_argument("--minutes", type=_positive, help="run length in minutes")
+    p.add_argument("--engine", choices=ENGINES, help="load: burn (PyTorch GEMM + HBM copy; the default), vllm "
+                   "(serve --model with dummy weights and load it), endpoint (load --endpoint URL), or none "
+                   "(telemetry only, you load the GPUs)")
+    p.add_argument("--interval", type=_positive, default=1.0, help="seconds between NVML samples (default 1, min 0.1)")
+    p.add_argument("--bench", type=_positive, metavar="S",
+                   help="burn: then run a plain torch.matmul loop for S s per GPU")
+    p.add_argument("--python", help="Python on the nodes, with pynvml (and torch for burn) (default: python3)")
+    serve = p.add_argument_group("vllm and endpoint engines (a vllm soak's length counts from the moment the "
+                                 "server answers; its start-up comes on top)")
+    serve.add_argument("--model", help=f"vllm: a built-in model config ({', '.join(builtin_models())}, shipped "
+                       "with the agent), or an HF config directory, model path or hub id as the nodes see it")
+    serve.add_argument("--vllm-python", metavar="PYTHON", help="vllm: the Python on the nodes that has vLLM "
+                       "(default python3)")
+    serve.add_argument("--vllm-arg", action="append", default=[], metavar="ARGS",
+                       help="vllm: more server flags, split like a shell line; repeatable, e.g. "
+                            "--vllm-arg=--enforce-eager --vllm-arg='--kv-cache-dtype fp8'")
+    serve.add_argument("--skip-tokenizer-init", dest="skip_tokenizer_init", action="store_true", default=None,
+                       help="vllm: start the server without a tokenizer (the agent's default)")
+    serve.add_argument("--no-skip-tokenizer-init", dest="skip_tokenizer_init", action="store_false",
+                       help="vllm: let the server load the model's tokenizer")
+    serve.add_argument("--ready-timeout", type=_positive, metavar="S",
+                       help="vllm: longest server start-up (the agent's default: 1200 s)")
+    serve.add_argument("--endpoint", metavar="URL", help="load this running OpenAI-compatible server "
+                       "(implies --engine endpoint)")
+    serve.add_argument("--concurrency", type=positive(int), help="vllm/endpoint: requests in flight (default 256)")
+    serve.add_argument("--max-tokens", type=positive(int), help="vllm/endpoint: output tokens per request "
+                       "(default 256)")
+    p.add_argument("--node-dir", default=NODE_DIR,
+                   help=f"where agents keep their files on the nodes (default {NODE_DIR})")
+    p.add_argument("--poll", type=_positive, default=POLL_S,
+                   help=f"seconds between polls of the nodes (default {POLL_S:g})")
+    options.add_output(p)
+    options.add_ssh(p)
+    return p
+
+
+_positive = positive(float)
+
+
+# The command line's options for the serving engines (argparse dest -> the engines they apply to).
+SERVE_OPTIONS = {"model": ("vllm",), "vllm_python": ("vllm",), "vllm_arg": ("vllm",), "skip_tokenizer_init": ("vllm",),
+                 "ready_timeout": ("vllm",), "endpoint": ("endpoint",), "concurrency": ("vllm", "endpoint"),
+                 "max_tokens": ("vllm", "endpoint")}
+
+
+def serving_args(args, engine: str) -> tuple[str, ...]:
+    """The agent's flags for the vllm and endpoint engines, from the command line's; each value
+    is one argv item (``--vllm-arg=VALUE``, so a value starting with ``-`` stays a value)."""
+    given = [k for k in SERVE_OPTIONS if getattr(args, k) not in (None, [])]
+    stray = [k for k in given if engine not in SERVE_OPTIONS[k]]
+    if stray:
+        raise UsageError(f"--{stray[0].replace('_', '-')} does not apply to --engine {engine}")
+    if engine == "vllm" and not args.model:
+        raise UsageError(f"--engine vllm needs --model (built-in: {', '.join(builtin_models())})")
+    out: list[str] = []
+    for key in given:
+        value = getattr(args, key)
+        if key == "vllm_arg":
+            out += [f"--vllm-arg={v}" for v in value]
+        elif key == "skip_tokenizer_init":
+            out.append("--skip-tokenizer-init" if value else "--no-skip-tokenizer-init")
+        else:
+            out.append(f"--{key.replace('_', '-')}={value}")
+    return tuple(out)
+
+
+def plan_from_args(args, local_name: str, run_id: str | None = None) -> SoakPlan:
+    """The soak the options ask for; bad input raises one of ``INPUT_ERRORS``."""
+    engine = args.engine or ("endpoint" if args.endpoint else "burn")
+    if engine == "endpoint" and not args.endpoint:
+        raise UsageError("--engine endpoint needs --endpoint URL")
+    serve_args = serving_args(args, engine)
+    run_id = targets.run_id_of(args, run_id or new_run_id())
+    if args.interval < 0.1:
+        raise UsageError("--interval: at most 10 samples a second (>= 0.1 s)")
+    ssh = targets.ssh_of(args)
+    hosts = targets.hosts_of(args)
+    seconds = args.minutes * 60 if args.minutes else (args.hours or 1.0) * 3600
+    agent_args = (("--bench", repr(args.bench)) if args.bench else ()) + serve_args
+    builtin = args.model if engine == "vllm" and args.model in builtin_models() else None
+    return SoakPlan(run_id=run_id, out=args.out, engine=engine, seconds=seconds, interval_s=args.interval,
+                    hosts=tuple(hosts), local_name=local_name, ssh=ssh, python=args.python,
+                    node_dir=args.node_dir, agent_args=agent_args, builtin_model=builtin, poll_s=args.poll)
+
+
+def cmd_soak(args, console: Console) -> int:
+    err = Console(stderr=True)
+    try:
+        if args.attach:
+            plan = load_plan(args.out, args.attach)
+            if any(getattr(args, k) for k in ("user", "port", "identity", "ssh_config", "known_hosts")):
+                plan = replace(plan, ssh=targets.ssh_of(args))
+            started = None
+        else:
+            plan = plan_from_args(args, local_host_name(), args.run_id)
+    except (*INPUT_ERRORS, SoakUsageError) as exc:
+        err.print(f"preflight: error: {exc}", highlight=False, markup=False)
+        return EXIT_USAGE
+    try:
+        if not args.attach:
+            started = start(plan, console)
+        outcome = follow(plan, console, started, live=console.is_terminal and not args.quiet)
+    except KeyboardInterrupt:
+        again = f"preflight soak --attach {plan.run_id}" + (f" --out {args.out}" if args.out != Path("reports") else "")
+        err.print(f"preflight soak: detached; the agents keep running. Re-attach with: {again}",
+                  highlight=False, markup=False)
+        return EXIT_INTERRUPTED
+    failed = analyze_and_show(outcome, console) if outcome.merged["hosts"] else True
+    console.print(f"soak data: {outcome.run_dir}", highlight=False, markup=False)
+    return EXIT_FAILED if failed or outcome.failed else EXIT_OK
