@@ -92,3 +92,16 @@ def test_the_installed_wheel_analyses_the_example_to_the_same_verdicts(installed
     got = json.loads(report.read_text())
     want = json.loads((ROOT / "tests" / "golden" / "examples" / "h200-fleet.json").read_text())
     assert got["diagnoses"] == want["diagnoses"] and got["hosts"] == want["hosts"]
+
+
+def test_every_source_file_the_docs_name_exists():
+    """docs/, README.md and the playbooks point readers at files; each such path must be there."""
+    import re
+
+    named = re.compile(r"(?<![\w/.-])((?:preflight|checks|tests|bench|playbooks|examples)/[\w/.-]+\.(?:py|sh|yaml|json|md))")
+    missing = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "playbooks").rglob("*.yaml"))]:
+        for path in set(named.findall(doc.read_text())):
+            if "*" not in path and "<" not in path and not (ROOT / path).exists():
+                missing.append(f"{doc.relative_to(ROOT)}: {path}")
+    assert not missing, missing
