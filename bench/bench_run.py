@@ -33,6 +33,7 @@ from derived import CORPUS, h200_node_text, h200_node_xml  # noqa: E402
 from simcluster import Reply, SimCluster, SimHost  # noqa: E402
 
 from preflight.collect.probes import PROBES  # noqa: E402
+from preflight.collect.ssh import remote_command  # noqa: E402
 
 # Recorded replies for every static probe whose tool is shimmed; the sh -c probes (sysfs,
 # ethtool loop, dmesg) run their real scripts on the simulated host.
@@ -63,7 +64,7 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, float]:
     hosts = [SimHost(f"node{i:03d}", commands=dict(REPLIES)) for i in range(n)]
     with SimCluster(hosts, work / f"sim{n}") as cluster:
         names = [h.name for h in hosts]
-        compound = "; ".join(p.shell_command(30) for p in static_probes())
+        compound = "; ".join(remote_command(p.argv, 30) for p in static_probes())
         ssh = ["ssh", "-F", str(cluster.ssh_config), "-o", "BatchMode=yes"]
         runs = {
             "preflight": lambda i: timed([sys.executable, "-m", "preflight", "run", "--hosts", str(cluster.hosts_file),
