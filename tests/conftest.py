@@ -6,12 +6,22 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 
 import pytest
-from simcluster import SSHD, SimCluster, SimHost
+
+# Tests live in folders named after the stage they test (tests/parse, tests/checks, ...). Some
+# build their inputs with helpers of another stage's tests (`from test_cli import write_bundle`),
+# so every folder is importable by module name, as when they shared one folder.
+_HERE = Path(__file__).resolve().parent
+for _folder in sorted(p for p in _HERE.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
+from simcluster import SSHD, SimCluster, SimHost  # noqa: E402 - after the path set-up above
 
 
 @cache

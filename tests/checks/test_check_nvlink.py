@@ -1,0 +1,265 @@
+"""checks/nvlink.py (nvlink) and checks/nvlink_errors.py (nvlink-errors) on real captures.
+
+8-GPU `nvlink --status` texts are the real 1-GPU captures repeated per GPU (tests/derived.py);
+each fault is one edit of that text, named in the test.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+from ctx import make_host, result, run_check
+from derived import ALL_LINKS_INACTIVE, H100_NVLINK, links_unretrievable, node_nvlink_status, set_link
+
+from preflight.diagnose.engine import diagnose, load_knowledge
+from preflight.model import Status
+
+CORPUS = Path(__file__).parents[1] / "fixtures" / "corpus"
+STATUS, TOPO, ERRORS = "nvidia-smi-nvlink-status", "nvidia-smi-topo", "nvidia-smi-nvlink-errors"
+DGX_TOPO = "topo/dgx-h100-8gpu-12nic-nv18-drv580-truncated-by-report.txt"
+ERRORS_ZERO = "nvlink/h100-nvlink-e-error-counters-zero-excerpt.txt"
+
+
+def load(name: str) -> str:
+    return (CORPUS / name).read_text()
+
+
+def nvlink(probes, profile="hgx-h100"):
+    [finding] = run_check("nvlink", make_host(probes, profile))
+    return finding
+
+
+def errors(probes, profile="hgx-h100"):
+    [finding] = run_check("nvlink-errors", make_host(probes, profile))
+    return finding
+
+
+# ---- nvlink: healthy ---------------------------------------------------------------------------
+
+def test_hgx_h100_all_links_and_nv18_pairs_pass():
+    f = nvlink({STATUS: node_nvlink_status(capture=H100_NVLINK), TOPO: load(DGX_TOPO)})
+    assert f.status is Status.PASS
+    assert f.summary == "8 GPUs x 18 links active at 26.562 GB/s; NV18 between all 28 GPU pairs"
+    assert f.symptoms == ()
+
+
+def test_hgx_h200_status_alone_passes_and_says_topology_was_not_read():
+    f = nvlink({STATUS: node_nvlink_status()}, "hgx-h200")
+    assert f.status is Status.PASS
+    assert f.summary.startswith("8 GPUs x 18 links active at 26.562 GB/s")
+    assert "topology not checked (nvidia-smi-topo not collected in this bundle)" in f.summary
+
+
+def test_topology_alone_from_a_pasted_headerless_matrix_passes():
+    # The paste lost its header and its GPU7 row; GPU7's pairs are read from the other rows.
+    f = nvlink({TOPO: load("topo/nv18-8gpu-10nic-topo-glued-affinity-columns-paste-artifact.txt")})
+    assert f.status is Status.PASS
+    assert f.summary.startswith("NV18 between all 28 GPU pairs; link status not checked")
+
+
+def test_b300_pass_warns_that_links_do_not_prove_the_fabric():
+    # The H200 capture with its speed set to NVLink5's, as a B300 prints it (docs/sources.md §2).
+    status = node_nvlink_status().replace("26.562 GB/s", "53.125 GB/s")
+    f = nvlink({STATUS: status}, "hgx-b300")
+    assert f.status is Status.PASS
+    assert "18 links active at 53.125 GB/s" in f.summary
+    assert "active links alone do not prove the fabric usable" in f.summary
+
+
+# ---- nvlink: faults ---------------------------------------------------------------------------
+
+def test_one_inactive_link_fails_with_the_link_and_its_gpu():
+    status = set_link(node_nvlink_status(), gpu=3, link=7, value="<inactive>")
+    f = nvlink({STATUS: status, TOPO: load(DGX_TOPO)}, "hgx-h200")
+    assert f.status is Status.FAIL
+    assert f.symptoms == ("nvlink-down",)
+    assert f.summary == "GPU3: 1 of 18 links inactive (link 7)"
+    [ev] = f.evidence
+    assert ev.probe == STATUS
+    assert ev.excerpt == ("GPU 3: NVIDIA H200 (UUID: GPU-88c58391-6001-919c-8431-20f011c20003)\n"
+                          "Link 7: <inactive>")
+    assert "reset the GPU (nvidia-smi -r) -> reboot" in f.action
+
+
+def test_every_link_of_a_gpu_inactive_fails():
+    status = node_nvlink_status()
+    for link in range(18):
+        status = set_link(status, gpu=0, link=link, value="<inactive>")
+    f = nvlink({STATUS: status}, "hgx-h200")
+    assert f.status is Status.FAIL
+    assert f.summary.startswith("GPU0: 18 of 18 links inactive (link 0, 1, 2,")
+
+
+def test_nvml_all_links_inactive_on_the_gpus_of_the_xid45_incident():
+    # open-gpu-kernel-modules#1150: four GPUs logged Xid 45 after Xid 145/149, and nvidia-smi
+    # nvlink said their links were all inActive. Their bus ids are the upper half of the board.
+    log = load("kernel-log/xid45-caused-by-previous-xid149-xid145-drv590.txt")
+    buses = sorted(set(re.findall(r"PCI:0000:(\w\w):00", log)))
+    assert buses == ["97", "ba", "dc", "ed"]
+    dead = range(8 - len(buses), 8)
+    f = nvlink({STATUS: links_unretrievable(node_nvlink_status(), dead)}, "hgx-h200")
+    assert f.status is Status.FAIL
+    assert f.summary.startswith(
+        f"all links inactive on 4 of 8 GPUs (GPU4, GPU5, GPU6, GPU7): {ALL_LINKS_INACTIVE!r}")
+    assert f.evidence[0].excerpt.count(ALL_LINKS_INACTIVE) == 4
+
+
+def test_missing_links_and_a_slow_link_fail():
+    status = set_link(node_nvlink_status(), gpu=5, link=17, value=None)
+    status = set_link(status, gpu=2, link=4, value="13.281 GB/s")
+    f = nvlink({STATUS: status}, "hgx-h200")
+    assert f.status is Status.FAIL
+    assert "GPU2: 1 of 18 links at 13.281 GB/s, below 26.562 (link 4)" in f.summary
+    assert "GPU5: 17 of 18 links listed" in f.summary
+    assert f.data["problems"] == ["GPU2: 1 of 18 links at 13.281 GB/s, below 26.562 (link 4)",
+                                  "GPU5: 17 of 18 links listed"]
+
+
+def test_topology_pair_below_nv18_fails_with_its_rows_as_evidence():
+    # GPU0-GPU1 at NV17 (one bonded link lost) in the real DGX H100 matrix, both directions.
+    topo = load(DGX_TOPO).splitlines(keepends=True)
+    topo[1] = topo[1].replace("X \tNV18", "X \tNV17", 1)
+    topo[2] = topo[2].replace("GPU1\tNV18", "GPU1\tNV17", 1)
+    f = nvlink({STATUS: node_nvlink_status(capture=H100_NVLINK), TOPO: "".join(topo)})
+    assert f.status is Status.FAIL
+    assert f.summary == "topology: 1 of 28 GPU pairs below NV18 (GPU0-GPU1 NV17)"
+    [ev] = f.evidence
+    assert ev.probe == TOPO
+    # The header row (it starts with GPU0 once stripped), then the rows of the two GPUs.
+    assert [line.split()[0] for line in ev.excerpt.splitlines()] == ["GPU0", "GPU0", "GPU1"]
+    assert "CPU Affinity" in ev.excerpt.splitlines()[0]
+
+
+def test_nvlink_down_diagnosis_uses_the_finding_action():
+    status = set_link(node_nvlink_status(), gpu=3, link=7, value="<inactive>")
+    findings = run_check("nvlink", make_host({STATUS: status}, "hgx-h200"))
+    [d] = diagnose(findings, load_knowledge())
+    assert (d.cause, d.hosts, d.confidence) == ("nvlink-down", ("node1",), "high")
+    assert d.action.startswith("drain the node, then reset the GPU")
+
+
+# ---- nvlink: not applicable and missing evidence ----------------------------------------------
+
+def test_one_gpu_vm_that_printed_nothing_is_skipped():
+    f = nvlink({STATUS: load("h200-vm/nvlink-status.txt"), TOPO: load("h200-vm/topo.txt")}, "hgx-h200")
+    assert f.status is Status.SKIP
+    assert f.summary == "1 GPU: NVLink not applicable"
+
+
+@pytest.mark.parametrize("name", ["nvlink/h200-1gpu-drv590-nvlink-s.txt", "nvlink/h100-1gpu-vm-drv590-nvlink-s.txt"])
+def test_one_gpu_with_its_18_links_is_skipped_not_judged(name):
+    assert nvlink({STATUS: load(name)}).summary == "1 GPU: NVLink not applicable"
+
+
+@pytest.mark.parametrize("topo", ["topo/h100-1gpu-vm-drv590-ansi-header.txt", "topo/l40s-1gpu-drv595-ansi-header.txt"])
+def test_one_gpu_topology_is_skipped(topo):
+    f = nvlink({TOPO: load(topo)})
+    assert (f.status, f.summary) == (Status.SKIP, "1 GPU: NVLink not applicable")
+
+
+def test_mig_mode_is_skipped_with_nvidia_smi_words():
+    f = nvlink({STATUS: load("nvlink/h100-mig-mode-drv590-nvlink-s-unsupported.txt")})
+    assert f.status is Status.SKIP
+    assert f.summary == ("MIG mode: nvidia-smi cannot query NVLink "
+                         "(Nvlink queries are not supported for Devices in MIG mode)")
+
+
+def test_gpu_without_nvlink_is_skipped():
+    f = nvlink({STATUS: load("nvlink/l40s-drv595-nvlink-s-not-supported.txt")})
+    assert f.status is Status.SKIP
+    assert f.summary == "NVIDIA L40S has no NVLink (Device does not have or support Nvlink)"
+
+
+def test_v100_hybrid_cube_mesh_has_no_profile_and_is_skipped():
+    f = nvlink({STATUS: load("nvlink/v100-sxm2-8gpu-nvlink-s-6-links.txt"),
+                TOPO: load("topo/v100-sxm2-8gpu-hybrid-cube-mesh-nv1-nv2-4nics-ansi.txt")}, "generic")
+    assert f.status is Status.SKIP
+    assert f.summary == "no NVLink expectation for this platform: test"
+
+
+def test_p2p_matrix_in_the_topology_probe_is_not_judged_as_topology():
+    f = nvlink({TOPO: load("topo/v100-sxm2-8gpu-topo-p2p-n-nvlink-status.txt")})
+    assert f.status is Status.SKIP
+    assert "holds a P2P matrix, not topo -m" in f.summary
+
+
+def test_both_probes_not_collected_is_not_judged():
+    f = nvlink({})
+    assert f.status is Status.SKIP
+    assert f.summary == "not judged: nvidia-smi-nvlink-status not collected in this bundle"
+
+
+def test_empty_status_without_a_topology_is_an_error():
+    # The 1-GPU VM's empty --status says nothing by itself: without topo -m the GPU count is unknown.
+    f = nvlink({STATUS: load("h200-vm/nvlink-status.txt")}, "hgx-h200")
+    assert f.status is Status.ERROR
+    assert f.summary == ("cannot judge: nvidia-smi nvlink --status listed no GPU and the topology is missing "
+                         "(nvidia-smi-topo not collected in this bundle)")
+
+
+def test_nvidia_smi_not_installed_is_an_error_with_tool_missing():
+    missing = result(STATUS, "", exit_code=127, stderr="sh: 1: nvidia-smi: not found",
+                     command=("nvidia-smi", "nvlink", "--status"))
+    f = nvlink({STATUS: missing})
+    assert f.status is Status.ERROR
+    assert f.symptoms == ("tool-missing",)
+
+
+def test_dcgmi_output_in_the_status_probe_is_unreadable():
+    f = nvlink({STATUS: load("nvlink/dcgmi-nvlink-link-status-all-down-2gpu.txt")})
+    assert f.status is Status.ERROR
+    assert f.symptoms == ("probe-unreadable",)
+    assert "dcgmi nvlink --link-status" in f.summary
+
+
+# ---- nvlink-errors -----------------------------------------------------------------------------
+
+def test_zero_counters_pass():
+    f = errors({ERRORS: load(ERRORS_ZERO)})
+    assert f.status is Status.PASS
+    assert f.summary == "all NVLink error counters zero (3 links on 1 GPU)"
+
+
+def test_replay_errors_warn():
+    text = load(ERRORS_ZERO).replace("Link 1: Replay Errors: 0", "Link 1: Replay Errors: 12")
+    f = errors({ERRORS: text}, "generic")  # counters are judged on any platform
+    assert f.status is Status.WARN
+    assert f.symptoms == ("nvlink-errors",)
+    assert f.summary == "NVLink errors corrected by replay: GPU0 link 1 replay 12 (counted since driver load)"
+    assert f.evidence[0].excerpt == ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-abcdefab-cdef-abdc-abcd-abababababab)\n"
+                                     "Link 1: Replay Errors: 12")
+    assert "rise under load" in f.action
+
+
+def test_recovery_errors_fail():
+    # 505 recovery events: the count marin-community/marin#9086 saw on a link before it died.
+    text = load(ERRORS_ZERO).replace("Link 17: Recovery Errors: 0", "Link 17: Recovery Errors: 505")
+    text = text.replace("Link 0: CRC Errors: 0", "Link 0: CRC Errors: 3")
+    f = errors({ERRORS: text})
+    assert f.status is Status.FAIL
+    assert f.summary == "NVLink recovery errors: GPU0 link 17 recovery 505, GPU0 link 0 crc 3"
+    assert f.data["recovery"] == ["GPU0 link 17 recovery 505"]
+    assert f.data["corrected"] == ["GPU0 link 0 crc 3"]
+
+
+@pytest.mark.parametrize("name, why", [
+    ("h200-vm/nvlink-status.txt", "empty output: nvidia-smi listed no GPU"),
+    ("nvlink/h100-mig-mode-drv590-nvlink-s-unsupported.txt", "not supported for Devices in MIG mode"),
+    ("nvlink/l40s-drv595-nvlink-s-not-supported.txt", "Device does not have or support Nvlink"),
+])
+def test_nothing_counted_is_skipped(name, why):
+    # The VM printed nothing for --status; -e prints the same nothing (and the same messages).
+    f = errors({ERRORS: load(name)})
+    assert f.status is Status.SKIP
+    assert why in f.summary
+
+
+def test_throughput_counters_in_the_errors_probe_are_unreadable():
+    f = errors({ERRORS: load("nvlink/v100-sxm2-8gpu-nvlink-gt-d-throughput-kib.txt")})
+    assert f.status is Status.ERROR
+    assert f.symptoms == ("probe-unreadable",)
+
+
+def test_errors_probe_not_collected_is_not_judged():
+    f = errors({})
+    assert (f.status, f.summary) == (Status.SKIP, "not judged: nvidia-smi-nvlink-errors not collected in this bundle")

@@ -1,0 +1,27 @@
+"""The shipped examples analyse to the verdicts recorded before the code was reorganised into
+layers (tests/golden/examples/*.json, written by `preflight analyze` on the commit before the
+reorganisation): the same host verdicts, findings and diagnoses, field for field."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from preflight.app.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parents[1] / "golden" / "examples"
+
+
+@pytest.mark.parametrize("example", sorted(p.stem for p in GOLDEN.glob("*.json")))
+def test_example_verdicts_unchanged(example, tmp_path):
+    code = main(["analyze", str(ROOT / "examples" / example), "--out", str(tmp_path), "-q", "--no-html"])
+    [report] = tmp_path.glob("*/report.json")
+    got = json.loads(report.read_text())
+    want = json.loads((GOLDEN / f"{example}.json").read_text())
+    assert code == (1 if example == "h200-fleet" else 0)
+    assert got["hosts"] == want["hosts"]
+    assert got["diagnoses"] == want["diagnoses"]
+    assert len(got["findings"]) == len(want["findings"])
+    for mine, theirs in zip(got["findings"], want["findings"], strict=True):
+        assert mine == theirs

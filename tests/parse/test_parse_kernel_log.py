@@ -1,0 +1,265 @@
+"""Kernel log parser and Xid catalog, tested on the recorded kernel logs in the corpus."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from preflight.parse import ParseError
+from preflight.parse.kernel_log import KernelLog, parse_kernel_log
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "fixtures" / "corpus"
+KERNEL_LOGS = sorted((CORPUS / "kernel-log").glob("*.txt"))
+
+
+def parse(name: str) -> KernelLog:
+    return parse_kernel_log((CORPUS / "kernel-log" / name).read_text())
+
+
+def kinds(log: KernelLog) -> list[str]:
+    return [e.kind for e in log.events]
+
+
+# --- NVIDIA GPU -----------------------------------------------------------------------------
+
+def test_xid63_row_remapper_without_any_prefix():
+    (event,) = parse("a100-xid63-row-remapper-pending.txt").events
+    assert (event.kind, event.code, event.device, event.pid) == ("xid", 63, "0000:10:1c", 1896)
+    assert event.process is None  # this driver line has pid= but no name=
+    assert event.detail == "Row Remapper: New row marked for remapping, reset gpu to activate."
+    assert event.timestamp is None and event.host is None and event.line == 1
+
+
+def test_xid94_channel_only_message():
+    (event,) = parse("h100-xid94-contained-ecc-ch-only.txt").events
+    assert (event.code, event.device, event.pid, event.process) == (94, "0000:0f:00", 2503421, "python3")
+    assert event.detail == "Ch 00000008"
+    assert event.timestamp == "2397166.983093"
+    assert event.message.startswith("NVRM: Xid")
+
+
+def test_xid145_nvlink5_link_and_severity():
+    (event,) = parse("xid145-rlw-rxpipe-nonfatal-nvlink5-single-line.txt").events
+    assert (event.code, event.device, event.link, event.severity) == (145, "0018:01:00", 13, "Nonfatal")
+    assert event.detail.startswith("RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2")
+
+
+def test_xid45_caused_by_previous_xid_behind_journald_kernel_tag():
+    log = parse("xid45-caused-by-previous-xid149-xid145-drv590.txt")
+    assert kinds(log) == ["xid"] * 7
+    assert {e.code for e in log.events} == {45}
+    first = log.events[0]
+    assert (first.device, first.caused_by, first.pid, first.process) == ("0000:dc:00", 149, 1818990, "python3")
+    assert first.message.startswith("NVRM: Xid")  # "kernel: " stripped
+    assert sorted({(e.device, e.caused_by) for e in log.events}) == [
+        ("0000:97:00", 145), ("0000:ba:00", 145), ("0000:dc:00", 149), ("0000:ed:00", 145)]
+
+
+def test_gsp_rpc_history_dump_is_one_event_and_table_rows_are_not_events():
+    log = parse("gsp-timeout-rpc-history-table-gpu6.txt")
+    (event,) = log.events
+    assert (event.kind, event.device, event.line, event.timestamp) == ("gsp-rpc-dump", "GPU6", 3, "84.738339")
+
+
+def test_talos_prefix_gsp_coredump_trace_folds_into_one_event():
+    log = parse("talos-dmesg-prefix-nvrm-gsp-coredump-trace.txt")
+    (event,) = log.events
+    assert (event.kind, event.line, event.driver) == ("gsp-coredump", 1, "NVRM")
+    assert event.host == "192.168.11.119"
+    assert event.timestamp == "2026-04-22T21:27:51.291660856Z"
+    assert event.message == "NVRM: kflcnCoreDumpNondestructive_IMPL: TRACE: 08 = 0x0000000004d4b1a0"
+
+
+def test_healthy_h200_dmesg_tail_has_only_the_driver_load():
+    # The dmesg tail captured in the H200 VM probe log (the only "[" lines in that file).
+    probe = (CORPUS / "h200-vm" / "probe.log").read_text().splitlines()
+    log = parse_kernel_log("\n".join(line for line in probe if line.startswith("[")))
+    assert log.line_count == 5
+    (event,) = log.events
+    assert (event.kind, event.version, event.detail) == ("nvidia-driver-load", "580.159.04", "Open Kernel Module")
+
+
+def test_fallen_off_bus_three_line_message_takes_the_gpu_from_the_first_line():
+    # Synthetic: the xid94 file's timestamp and GPU with its Xid text replaced by the driver's
+    # three-line fallen-off-the-bus message (format string of nv.c in open-gpu-kernel-modules).
+    real = (CORPUS / "kernel-log" / "h100-xid94-contained-ecc-ch-only.txt").read_text().strip()
+    stamp = real.split("NVRM:")[0]
+    text = "\n".join([
+        real,
+        stamp + "NVRM: The NVIDIA GPU 0000:0f:00.0",
+        stamp + "NVRM: (PCI ID: 10de:2330) installed in this system has",
+        stamp + "NVRM: fallen off the bus and is not responding to commands.",
+    ])
+    log = parse_kernel_log(text)
+    assert kinds(log) == ["xid", "gpu-fallen-off-bus"]
+    fallen = log.events[1]
+    assert (fallen.device, fallen.line, fallen.timestamp) == ("0000:0f:00.0", 4, "2397166.983093")
+
+
+def test_xid154_recovery_action():
+    # Synthetic: the xid145 file's GPU with the Xid 154 text quoted in docs/sources.md §5.1.
+    real = (CORPUS / "kernel-log" / "xid145-rlw-rxpipe-nonfatal-nvlink5-single-line.txt").read_text()
+    text = real.split("145,")[0] + "154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    (event,) = parse_kernel_log(text).events
+    assert (event.code, event.device, event.recovery_action) == (154, "0018:01:00", "GPU Reset Required")
+
+
+# --- NVSwitch -------------------------------------------------------------------------------
+
+def test_sxid_12028_nonfatal_link():
+    (event,) = parse("nvswitch-sxid-12028-nonfatal-egress-priv-error.txt").events
+    assert (event.kind, event.code, event.device, event.driver) == ("sxid", 12028, "0000:85:00.0", "nvidia-nvswitch2")
+    assert (event.severity, event.link) == ("Non-fatal", 61)
+    assert event.detail == "Non-fatal, Link 61 egress non-posted PRIV error (First)"
+
+
+def test_sxid_22013_three_lines_per_error_and_driver_version():
+    log = parse("h100-cc-nvswitch-sxid-22013-minion-dlreq.txt")
+    assert kinds(log) == ["nvidia-driver-load"] + ["sxid"] * 8
+    assert log.events[0].version == "570.195.03"
+    sxids = log.of_kind("sxid")
+    assert {(e.code, e.device, e.driver) for e in sxids} == {(22013, "0000:04:00.0", "nvidia-nvswitch3")}
+    described = [e for e in sxids if e.severity is not None]
+    assert [(e.line, e.severity, e.link) for e in described] == [
+        (3, "Non-fatal", 44), (6, "Non-fatal", 45), (9, "Non-fatal", 46)]
+    assert sxids[0].detail.startswith("Data {0x0000002b")
+
+
+# --- mlx5 -----------------------------------------------------------------------------------
+
+def test_mlx5_probe_failure_and_firmware_version():
+    log = parse("mlx5-cx4lx-handle-hca-cap-failed-probe-error-22.txt")
+    assert [(e.line, e.kind, e.code) for e in log.events] == [
+        (2, "mlx5-fw-version", None),
+        (4, "mlx5-probe-failed", None),
+        (5, "mlx5-probe-failed", -22),
+        (6, "mlx5-probe-failed", -22),
+    ]
+    assert log.events[0].version == "14.32.1010"
+    assert {e.device for e in log.events} == {"0000:03:00.0"}
+    assert log.events[3].driver == "mlx5_core"
+
+
+def test_mlx5_health_compromised_dump():
+    log = parse("mlx5-health-compromised-irisc-not-responding-cx6-fw20.txt")
+    assert [(e.line, e.kind) for e in log.events] == [
+        (2, "mlx5-health-compromised"), (10, "mlx5-fw-version"), (13, "mlx5-fw-syndrome")]
+    assert {e.device for e in log.events} == {"0000:5e:00.0"}
+    assert log.events[1].version == "20.26.4012"  # not the "raw fw_ver 0x141a0fac" line
+    syndrome = log.events[2]
+    assert (syndrome.code, syndrome.detail) == (7, "irisc not responding")
+
+
+def test_module_symbol_mismatch_ofed_vs_inbox():
+    log = parse("mlx5-vdpa-disagrees-about-version-of-symbol-ofed-inbox-mismatch.txt")
+    assert kinds(log) == ["module-symbol-mismatch"] * 6
+    assert {e.driver for e in log.events} == {"mlx5_vdpa"}
+    assert [e.detail for e in log.events[::2]] == ["mlx5_db_free", "mlx5_flow_table_id", "mlx5_query_nic_vport_mtu"]
+    assert [e.code for e in log.events] == [None, -22] * 3
+
+
+# --- PCIe and platform ----------------------------------------------------------------------
+
+def test_pcie_bandwidth_limited_by_gen4_switch():
+    log = parse("h100-dmesg-pcie-bandwidth-limited-by-gen4-switch.txt")
+    first, second = log.of_kind("pcie-bandwidth-limited")
+    assert (first.device, first.driver, first.line) == ("0000:04:00.0", "pci", 1)
+    assert (first.pcie.limited_at, first.pcie.speed_gts, first.pcie.width) == ("0000:01:00.0", 16.0, 16)
+    assert (first.pcie.capable_speed_gts, first.pcie.capable_width) == (32.0, 16)
+    assert (first.pcie.available_gbps, first.pcie.capable_gbps) == (252.048, 504.112)
+    assert (second.device, second.pcie.limited_at, second.line) == ("0000:8b:00.0", "0000:87:00.0", 3)
+    assert log.notes == ("line 2: '[...]' marks an elided part; the log is an excerpt",)
+
+
+def test_ghes_record_folds_its_lines_and_edac_ue():
+    log = parse("ghes-apei-pcie-error-recoverable-with-edac-ue.txt")
+    assert kinds(log) == ["edac-ue", "ghes", "mce"]
+    edac, ghes, mce = log.events
+    assert (edac.driver, edac.device, edac.detail) == ("EDAC MC3", "CPU_SrcID#1_MC#1_Chan#2_DIMM#0", "memory read error")
+    # device_id 0000:5e:00.0 from line 10; the later "vendor_id: 0x144d, device_id: 0xa808" is a PCI ID
+    assert (ghes.line, ghes.severity, ghes.detail, ghes.device) == (2, "recoverable", "PCIe error", "0000:5e:00.0")
+    assert (mce.line, mce.detail) == (11, "Machine check events logged")
+
+
+# --- prefixes, odd input ----------------------------------------------------------------------
+
+XID94 = (CORPUS / "kernel-log" / "h100-xid94-contained-ecc-ch-only.txt").read_text().strip()
+XID94_MESSAGE = XID94.split("] ", 1)[1]
+
+
+@pytest.mark.parametrize(("prefix", "host", "timestamp"), [
+    ("", None, None),
+    ("[Sun Nov 29 10:00:00 2026] ", None, "Sun Nov 29 10:00:00 2026"),
+    ("Nov 29 10:00:00 gpu017 kernel: ", "gpu017", "Nov 29 10:00:00"),
+    ("2026-11-29T10:00:00+0000 gpu017 kernel: ", "gpu017", "2026-11-29T10:00:00+0000"),
+    ("2026-11-29T10:00:00,123456+00:00 ", None, "2026-11-29T10:00:00,123456+00:00"),
+    ("Nov 29 10:00:00 gpu017 kernel: [2397166.983093] ", "gpu017", "Nov 29 10:00:00"),
+    ("gpu017: [2397166.983093] ", "gpu017", "2397166.983093"),
+    ("gpu017: kernel: ", "gpu017", None),
+    ("kern  :warn  : [2397166.983093] ", None, "2397166.983093"),
+    ("<4>[2397166.983093] ", None, "2397166.983093"),
+])
+def test_prefix_styles_on_the_xid94_line(prefix, host, timestamp):
+    # Synthetic: the real xid94 message behind each prefix style the probe may return.
+    (event,) = parse_kernel_log(prefix + XID94_MESSAGE).events
+    assert (event.code, event.device, event.host, event.timestamp) == (94, "0000:0f:00", host, timestamp)
+    assert event.message == XID94_MESSAGE
+
+
+@pytest.mark.parametrize("name", [p.name for p in KERNEL_LOGS])
+def test_truncated_input_never_raises(name):
+    text = (CORPUS / "kernel-log" / name).read_text()
+    log = parse_kernel_log(text[: len(text) // 2])
+    assert len(log.events) <= len(parse(name).events)
+
+
+def test_not_a_kernel_log():
+    with pytest.raises(ParseError):
+        parse_kernel_log("")
+    with pytest.raises(ParseError):
+        parse_kernel_log(" \n\n")
+    # A real shell error from the H200 probe log, standing in for a missing dmesg.
+    probe = (CORPUS / "h200-vm" / "probe.log").read_text().splitlines()
+    error = next(line for line in probe if line.endswith("command not found"))
+    with pytest.raises(ParseError):
+        parse_kernel_log(error + "\n")
+
+
+# --- Xid catalog ----------------------------------------------------------------------------
+
+CATALOG = yaml.safe_load((ROOT / "playbooks" / "xid.yaml").read_text())
+CONTRACT_CAUSES = {"gpu-fallen-off-bus", "gpu-ecc-uncorrectable", "gpu-row-remap", "nvlink-errors", "nvlink-down"}
+REQUIRED_XIDS = {13, 31, 32, 43, 45, 46, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 109, 110, 119,
+                 120, 121, 136, 140, *range(144, 151), 143, 154, 155, 156, 158}
+
+
+def test_catalog_entries_are_complete():
+    assert CATALOG["format"] == "preflight-xid-catalog/1"
+    xids = CATALOG["xids"]
+    assert REQUIRED_XIDS <= set(xids)
+    for xid, entry in xids.items():
+        for field in ("mnemonic", "meaning", "action", "investigate", "severity", "cause", "source"):
+            assert entry.get(field), (xid, field)
+        assert entry["severity"] in {"fatal", "error", "info"}, xid
+        assert entry["action"] in CATALOG["actions"], xid
+        assert entry["cause"] in CONTRACT_CAUSES | set(CATALOG["causes"]), xid
+    assert all(a["meaning"] and a["source"] for a in CATALOG["actions"].values())
+
+
+def test_catalog_maps_the_contract_causes():
+    xids = CATALOG["xids"]
+    assert xids[79]["cause"] == "gpu-fallen-off-bus" and xids[79]["action"] == "RESTART_BM"
+    assert {x for x, e in xids.items() if e["cause"] == "gpu-ecc-uncorrectable"} == {48, 94, 95, 140}
+    assert {x for x, e in xids.items() if e["cause"] == "gpu-row-remap"} == {63, 64}
+    assert {x for x, e in xids.items() if e["cause"] == "nvlink-errors"} == {74, *range(144, 151)}
+    assert xids[145]["mnemonic"] == "NVLINK_RLW_ERROR"
+
+
+def test_every_xid_in_the_corpus_is_in_the_catalog():
+    seen = set()
+    for path in KERNEL_LOGS:
+        for event in parse_kernel_log(path.read_text()).of_kind("xid"):
+            seen |= {event.code, event.caused_by} - {None}
+    assert seen == {45, 63, 94, 145, 149}
+    assert seen <= set(CATALOG["xids"])
