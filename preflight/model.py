@@ -205,6 +205,21 @@ class Analysis:
     checks: list[Check]
     meta: dict = field(default_factory=dict)
 
+    def by_host(self) -> dict[str | None, list[Finding]]:
+        """The findings grouped by host (None: the fleet's), in their order; computed once for
+        every writer that walks the hosts, so a report costs O(findings), not O(hosts x findings)."""
+        cached = self.__dict__.get("_by_host")
+        if cached is None or cached[0] != len(self.findings):
+            groups: dict[str | None, list[Finding]] = {}
+            for f in self.findings:
+                groups.setdefault(f.host, []).append(f)
+            cached = (len(self.findings), groups)
+            self.__dict__["_by_host"] = cached
+        return cached[1]
+
+    def findings_of(self, host: str | None) -> list[Finding]:
+        return self.by_host().get(host, [])
+
     @property
     def failed(self) -> bool:
         # A fleet check's finding with no host (a multi-node run no host is blamed for) counts too.

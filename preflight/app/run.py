@@ -69,14 +69,18 @@ def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = 
                            "probes": [p.id for p in req.plan.probes], "local": local})
 
     done_per_host: dict[str, int] = {}
+    finished_hosts = [0]
     lock = threading.Lock()
     total = len(req.plan.probes)
 
     def on_result(result: ProbeResult) -> None:
         writer.add(result)
         with lock:
+            # Counted as they finish: recounting every host per result made a big run quadratic.
             done_per_host[result.host] = done_per_host.get(result.host, 0) + 1
-            finished = sum(1 for n in done_per_host.values() if n >= total)
+            if done_per_host[result.host] == total:
+                finished_hosts[0] += 1
+            finished = finished_hosts[0]
         if progress:
             progress(result.host, finished, len(names))
 

@@ -55,9 +55,11 @@ def judge(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile],
             findings.extend(_run_fleet_check(check, fleet))
 
     hosts = {}
+    statuses: dict[str | None, list[Status]] = {}
+    for f in findings:
+        statuses.setdefault(f.host, []).append(f.status)
     for host in bundle.hosts:
-        mine = [f.status for f in findings if f.host == host]
-        status = worst(mine)
+        status = worst(statuses.get(host, ()))
         reachable = host in contexts
         hosts[host] = HostVerdict(
             "pass" if status in (Status.PASS, Status.SKIP) else status.value,

@@ -153,9 +153,12 @@ class Report:
         try:
             findings = tuple(_finding(f) for f in data.get("findings") or ())
             diagnoses = tuple(_diagnosis(d) for d in data.get("diagnoses") or ())
+            of: dict[str | None, list[Finding]] = {}
+            for f in findings:
+                of.setdefault(f.host, []).append(f)
             hosts = {
                 name: HostResult(name, v["status"], bool(v.get("reachable", True)), v.get("profile"),
-                                 tuple(f for f in findings if f.host == name))
+                                 tuple(of.get(name, ())))
                 for name, v in (data.get("hosts") or {}).items()
             }
             soak = Soak({name: _host_soak(s) for name, s in (data.get("soak") or {}).items()})

@@ -237,7 +237,7 @@ def _hosts_table(analysis: Analysis, ids: _Ids) -> str:
            + "<th>not passing</th></tr>"]
     order = {s: i for i, s in enumerate(_ORDER)}
     for host, v in sorted(analysis.hosts.items(), key=lambda kv: (order.get(kv[1].status, 9), kv[0])):
-        bad = [f for f in analysis.findings if f.host == host and f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
+        bad = [f for f in analysis.findings_of(host) if f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
         links = ", ".join(f'<a href="#{ids.finding[id(f)]}">{_e(f.check)}</a>' for f in bad) or "-"
         reach = "" if v.reachable else ' <span class="muted">(unreachable)</span>'
         out.append(f'<tr><td class="nw"><a href="#{ids.host[host]}">{_e(host)}</a>{reach}</td>'
@@ -303,7 +303,7 @@ def _findings_table(findings: list[Finding], ids: _Ids) -> str:
 def _host_sections(analysis: Analysis, ids: _Ids) -> str:
     out = ['<section id="findings"><h2>Findings by host</h2>']
     for host, v in analysis.hosts.items():
-        mine = [f for f in analysis.findings if f.host == host]
+        mine = list(analysis.findings_of(host))
         order = {s: i for i, s in enumerate(_ORDER)}
         mine.sort(key=lambda f: order[f.status.value])  # stable: the checks' order within a status
         head = f"{_e(host)} {_badge(v.status)} <span class=\"muted\">{_e(v.profile)}</span>"

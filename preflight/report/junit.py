@@ -21,7 +21,7 @@ def render(analysis: Analysis) -> str:
 
     suites = ET.Element("testsuites", name="preflight")
     for host in analysis.hosts:
-        mine = [f for f in analysis.findings if f.host == host]
+        mine = analysis.findings_of(host)
         suite = ET.SubElement(suites, "testsuite", name=host, tests=str(len(mine)),
                               failures=str(sum(f.status is Status.FAIL for f in mine)),
                               errors=str(sum(f.status is Status.ERROR for f in mine)),

@@ -32,8 +32,7 @@ def render(analysis: Analysis) -> str:
 
     out += ["## Hosts", "", "| host | verdict | profile | not passing |", "| --- | --- | --- | --- |"]
     for host, v in analysis.hosts.items():
-        bad = [f.check for f in analysis.findings
-               if f.host == host and f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
+        bad = [f.check for f in analysis.findings_of(host) if f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
         out.append(f"| {host} | {_ICON[v.status]} | {v.profile} | {_cell(', '.join(bad)) or '-'} |")
     out.append("")
 

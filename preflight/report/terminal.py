@@ -25,8 +25,7 @@ def show(analysis: Analysis, console: Console, report_dir: str | None = None) ->
     for host, v in analysis.hosts.items():
         if v.status == "pass" and len(passing) > _LIST_PASSING_UP_TO:
             continue
-        bad = [f for f in analysis.findings if f.host == host
-               and f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
+        bad = [f for f in analysis.findings_of(host) if f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
         if not v.reachable:
             # Its checks all say "not checked: host unreachable"; the reason is the one line.
             bad = [f for f in bad if f.symptoms] or bad[:1]

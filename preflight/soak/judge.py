@@ -38,8 +38,11 @@ def judge_soak(soak_dir: Path, kb: KnowledgeBase, plots_dir: Path | None = None,
     result = analyze(data, checks=checks)
     findings = list(result.findings)
     hosts = {}
+    statuses: dict[str | None, list[Status]] = {}
+    for f in findings:
+        statuses.setdefault(f.host, []).append(f.status)
     for host in data.meta.hosts:
-        status = worst([f.status for f in findings if f.host == host])
+        status = worst(statuses.get(host, ()))
         has_data = host in result.hosts
         hosts[host] = HostVerdict("pass" if status in (Status.PASS, Status.SKIP) else status.value,
                                   has_data, "soak", f"soak engine {data.meta.engine}")
