@@ -17,8 +17,11 @@ from rich.console import Console
 from preflight import __version__
 from preflight.app import options, soak_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
+from preflight.app.progress import RunProgress
+from preflight.app.progress import render as render_progress
 from preflight.app.run import RunRequest, execute, new_run_id, probes_for, write_atomic, write_reports
 from preflight.collect.fanout import ExecPlan
+from preflight.collect.local import local_host_name
 from preflight.collect.multinode import NODE_DIR, MultinodeOptions
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
 from preflight.collect.nccl import NcclOptions, parse_size
@@ -197,11 +200,13 @@ def cmd_run(args, console: Console) -> int:
     if args.quiet or not console.is_terminal:
         run_dir, analysis = execute(req)
     else:
-        from rich.progress import Progress  # only for a live terminal
+        from rich.live import Live  # only for a live terminal
 
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task("probing hosts", total=max(1, len(hosts)))
-            run_dir, analysis = execute(req, lambda host, done, total: bar.update(task, completed=done))
+        names = [h.name for h in hosts] or [local_host_name()]
+        tracker = RunProgress(names, len(req.plan.probes))
+        with Live(console=console, transient=True, refresh_per_second=2,
+                  get_renderable=lambda: render_progress(tracker.snapshot(), len(req.plan.probes))):
+            run_dir, analysis = execute(req, tracker.record)
     if not args.quiet:
         terminal.show(analysis, console, str(run_dir))
     _report_extras(args, run_dir, analysis, baseline, console)

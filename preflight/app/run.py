@@ -7,7 +7,6 @@ half-way still leaves evidence to analyse.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -57,8 +56,9 @@ class RunRequest:
     multinode: MultinodeOptions | None = None  # --nccl-multinode: the stage after the per-host probes
 
 
-def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = None) -> tuple[Path, Analysis]:
-    """Run, save, analyse, write the reports; return the run directory and the analysis."""
+def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = None) -> tuple[Path, Analysis]:
+    """Run, save, analyse, write the reports; return the run directory and the analysis.
+    ``progress`` sees every result once it is saved (the live view's ``RunProgress.record``)."""
     run_dir = req.out_dir / req.run_id
     bundle_dir = run_dir / "bundle"
     local = not req.hosts
@@ -68,21 +68,10 @@ def execute(req: RunRequest, progress: Callable[[str, int, int], None] | None = 
                           {"run_id": req.run_id, "preflight_version": __version__,
                            "probes": [p.id for p in req.plan.probes], "local": local})
 
-    done_per_host: dict[str, int] = {}
-    finished_hosts = [0]
-    lock = threading.Lock()
-    total = len(req.plan.probes)
-
     def on_result(result: ProbeResult) -> None:
         writer.add(result)
-        with lock:
-            # Counted as they finish: recounting every host per result made a big run quadratic.
-            done_per_host[result.host] = done_per_host.get(result.host, 0) + 1
-            if done_per_host[result.host] == total:
-                finished_hosts[0] += 1
-            finished = finished_hosts[0]
         if progress:
-            progress(result.host, finished, len(names))
+            progress(result)
 
     if local:
         run_node(LocalNode(names[0]), req.plan, on_result)

@@ -1,0 +1,46 @@
+"""The live view's bookkeeping and what it draws, without a terminal."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from preflight.app.progress import RunProgress, render
+from preflight.model import ProbeResult
+
+
+def result(host: str, probe: str, error: str | None = None) -> ProbeResult:
+    return ProbeResult(probe, host, (probe,), None if error else b"x", "", None if error else 0, "t", 0.1,
+                       False, error)
+
+
+def test_hosts_move_from_not_heard_to_partly_heard_to_done_and_failed():
+    now = [100.0]
+    p = RunProgress(["a", "b", "c", "d"], probes_per_host=2, clock=lambda: now[0])
+    s = p.snapshot()
+    assert (s.done, s.failed, s.running, s.waiting) == (0, 0, 0, 4)
+    p.record(result("a", "p1"))
+    p.record(result("b", "p1", error="connection refused"))
+    p.record(result("b", "p2", error="connection refused"))
+    p.record(result("c", "p1"))
+    p.record(result("c", "p2"))
+    now[0] = 112.0
+    s = p.snapshot()
+    assert (s.done, s.failed, s.running, s.waiting) == (2, 1, 1, 1)
+    assert s.behind == (("d", 0), ("a", 1)) and s.elapsed_s == 12.0
+    # A result for a host already finished (the multi-node stage's) changes nothing.
+    p.record(result("c", "nccl-multinode"))
+    assert p.snapshot().done == 2
+
+
+def test_the_view_shows_counts_and_the_slowest_hosts():
+    p = RunProgress([f"gpu{i:02d}" for i in range(1, 9)], probes_per_host=15, clock=lambda: 0.0)
+    for i in range(1, 8):
+        for n in range(15 if i < 6 else i):
+            p.record(result(f"gpu{i:02d}", f"p{n}", error="refused" if i == 5 else None))
+    console = Console(record=True, width=100)
+    console.print(render(p.snapshot(), 15))
+    text = console.export_text()
+    assert "preflight run: 5 of 8 hosts done" in text
+    assert "furthest behind: gpu08 (0/15), gpu06 (6/15), gpu07 (7/15)" in " ".join(text.split())
+    row = next(line for line in text.splitlines() if line.strip().startswith("5"))
+    assert [c for c in row.split() if c != "│"] == ["5", "1", "2", "1"]  # done, failed, in progress, waiting
