@@ -10,7 +10,9 @@ ways and prints wall-clock seconds (best of --repeat) and ratios:
 - clush: ClusterShell's `clush -w HOSTS -f 64` running the same commands as one `;`-joined
   command per host (its best case: one connection per host);
 - ssh loop: `for h in hosts; do ssh h "<same command>"; done`, sequentially, the glue
-  script preflight replaces.
+  script preflight replaces;
+- fabric group: a bare fabric `ThreadingGroup` over the same ssh config running the same
+  `;`-joined command (the transport preflight is built on, with nothing saved or judged).
 Needs root (namespaces). Numbers depend on the machine: record them with its size and date.
 """
 
@@ -54,6 +56,16 @@ def static_probes():
     return [p for p in PROBES.values() if not getattr(p, "active", False)]
 
 
+# `python3 -c _FABRIC_GROUP SSH_CONFIG COMMAND HOST...`: the bare transport, one command per host.
+_FABRIC_GROUP = """\
+import sys
+from fabric import Config, ThreadingGroup
+config = Config(runtime_ssh_path=sys.argv[1])
+config.load_ssh_config()
+ThreadingGroup(*sys.argv[3:], config=config).run(sys.argv[2], hide=True, warn=True)
+"""
+
+
 def timed(cmd: list[str] | str, shell: bool = False) -> float:
     t0 = time.monotonic()
     subprocess.run(cmd, shell=shell, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
@@ -74,6 +86,8 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, float]:
                                       "-O", f"ssh_options=-F {cluster.ssh_config} -oBatchMode=yes", compound]),
             "ssh loop": lambda i: timed(" ; ".join(f"{shlex.join(ssh + [h, compound])} >/dev/null" for h in names),
                                         shell=True),
+            "fabric group": lambda i: timed([sys.executable, "-c", _FABRIC_GROUP, str(cluster.ssh_config),
+                                             compound, *names]),
         }
         return {name: min(fn(i) for i in range(repeat)) for name, fn in runs.items()}
 
@@ -88,12 +102,14 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"# {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d')}; {len(static_probes())} static probes per host; best of {args.repeat}")
-    print(f"{'hosts':>5} {'preflight s':>12} {'clush s':>9} {'ssh loop s':>11} {'preflight/clush':>16}")
+    print(f"{'hosts':>5} {'preflight s':>12} {'clush s':>9} {'ssh loop s':>11} {'fabric group s':>15} "
+          f"{'preflight/clush':>16} {'preflight/fabric':>17}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             r = bench(n, args.repeat, Path(tmp))
             print(f"{n:>5} {r['preflight']:>12.2f} {r['clush']:>9.2f} {r['ssh loop']:>11.2f} "
-                  f"{r['preflight'] / r['clush']:>16.2f}", flush=True)
+                  f"{r['fabric group']:>15.2f} {r['preflight'] / r['clush']:>16.2f} "
+                  f"{r['preflight'] / r['fabric group']:>17.2f}", flush=True)
 
 
 if __name__ == "__main__":
