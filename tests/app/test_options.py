@@ -8,6 +8,8 @@ import pytest
 from preflight.app import options
 from preflight.app.cli import build_parser, main
 
+pytest_plugins = ["pytester"]
+
 
 def flags_of(command: str) -> dict[str, dict]:
     parser = build_parser()
