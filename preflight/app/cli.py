@@ -241,7 +241,8 @@ def _analyze_soak(soak_dir: Path, out: Path, args):
     from preflight.soak.judge import judge_soak
 
     try:
-        analysis = judge_soak(soak_dir, load_knowledge(), plots_dir=out / "plots")
+        analysis = judge_soak(soak_dir, load_knowledge(), plots_dir=out / "plots",
+                              checks=_load_checks(args, scopes=("soak",)))
     except SoakDataError as exc:
         raise UsageError(str(exc)) from None
     analysis.meta.update({"run_id": out.name, "preflight_version": __version__, "soak_dir": str(soak_dir.resolve())})
