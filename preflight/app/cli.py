@@ -19,7 +19,7 @@ from preflight.app import options, soak_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
-from preflight.app.run import RunRequest, execute, new_run_id, probes_for, write_atomic, write_reports
+from preflight.app.run import RunRequest, execute, probes_for
 from preflight.collect.fanout import ExecPlan
 from preflight.collect.local import local_host_name
 from preflight.collect.multinode import NODE_DIR, MultinodeOptions
@@ -30,13 +30,14 @@ from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USA
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import load_knowledge
 from preflight.diagnose.explain import UnknownCause, explain, list_causes
-from preflight.evidence.bundle import read_bundle
+from preflight.evidence.bundle import new_run_id, read_bundle
 from preflight.judge.facts import FACTS, probes_of
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.datafile import positive
 from preflight.knowledge.profiles import load_profiles
 from preflight.report import diff, json_report, prometheus, terminal
 from preflight.report.diff import ReportError, diff_reports, load_report, render
+from preflight.report.files import write_atomic, write_reports
 
 _positive = positive
 

@@ -8,6 +8,7 @@ from preflight.diagnose.engine import PlaybookError
 from preflight.evidence.bundle import BundleError
 from preflight.judge.loader import CheckLoadError
 from preflight.knowledge.profiles import ProfileError
+from preflight.soak.plan import SoakUsageError
 
 
 class UsageError(Exception):
@@ -15,5 +16,5 @@ class UsageError(Exception):
 
 
 INPUT_ERRORS: tuple[type[Exception], ...] = (
-    InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError,
+    InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError, SoakUsageError,
 )

@@ -20,15 +20,11 @@ from preflight.collect.multinode import MultinodeOptions, run_multinode
 from preflight.collect.probes import PROBES, Probe
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import KnowledgeBase
-from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability, new_run_id, read_bundle
+from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability, read_bundle
 from preflight.judge.loader import CheckLoadError
 from preflight.knowledge.profiles import Profile
 from preflight.model import Analysis, Check, Host, ProbeResult
-from preflight.report.files import write_atomic, write_reports
-
-# Re-exported: their homes are lower layers now (collect.local, evidence.bundle, report.files).
-__all__ = ["RunRequest", "execute", "local_host_name", "new_run_id", "probes_for", "write_atomic",
-           "write_reports"]
+from preflight.report.files import write_reports
 
 
 def probes_for(checks: list[Check], options: Mapping[str, Any] | None = None) -> tuple[Probe, ...]:

@@ -24,7 +24,6 @@ from preflight.soak.plan import (
     NODE_DIR,
     POLL_S,
     SoakPlan,
-    SoakUsageError,
     builtin_models,
     load_plan,
 )
@@ -133,7 +132,7 @@ def cmd_soak(args, console: Console) -> int:
             started = None
         else:
             plan = plan_from_args(args, local_host_name(), args.run_id)
-    except (*INPUT_ERRORS, SoakUsageError) as exc:
+    except INPUT_ERRORS as exc:
         err.print(f"preflight: error: {exc}", highlight=False, markup=False)
         return EXIT_USAGE
     try:

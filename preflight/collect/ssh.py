@@ -120,7 +120,6 @@ class SshNode:
         self.name = host.name
         self.host, self.ssh = host, ssh
         self._conn: Connection | None = None
-        self.connect_error: str | None = None  # why the last connection attempt failed
         # Several probes of one node run at once, as channels of this one connection.
         self._lock = threading.Lock()
 
@@ -131,10 +130,9 @@ class SshNode:
                 return None
             try:
                 self._conn = _connect(self.host, self.ssh)
-                self.connect_error = None
             except Exception as exc:  # noqa: BLE001 - every way of not connecting is a result
-                self.connect_error = describe_connect_error(exc)
-            return self.connect_error
+                return describe_connect_error(exc)
+            return None
 
     @property
     def connected(self) -> bool:

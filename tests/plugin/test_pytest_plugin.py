@@ -230,7 +230,7 @@ def test_missing_bundle_is_a_usage_error(run_pytest, pytester, tmp_path):
 def test_local_run_on_this_machine(run_pytest, tmp_path):
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has nvidia-smi: the verdicts below are for one without")
-    from preflight.app.run import local_host_name
+    from preflight.collect.local import local_host_name
 
     result = run_pytest("--preflight-local", "--preflight-checks=gpu-inventory", f"--preflight-out={tmp_path}", "-rE")
     result.assert_outcomes(passed=2, errors=1)

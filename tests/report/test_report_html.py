@@ -226,7 +226,7 @@ def test_soak_plots_are_embedded_as_base64_png(plot_files):
 
 
 def test_write_reports_embeds_the_plots_named_in_meta(golden, plot_files, tmp_path):
-    from preflight.app.run import write_reports
+    from preflight.report.files import write_reports
 
     [plot] = plot_files.values()
     run = plot.parent.parent
