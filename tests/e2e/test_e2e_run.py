@@ -154,7 +154,9 @@ def test_controller_killed_mid_run_leaves_a_bundle_analyze_reads(sim_cluster, tm
     deadline = time.monotonic() + 60
     # Wait until the two healthy hosts have both probes on disk, then kill the controller.
     while time.monotonic() < deadline:
-        done = [h for h in ("gpu01", "gpu02") if (bundle / "hosts" / h / "nvidia-smi-q.json").exists()]
+        # Probes of a node run concurrently: wait for both, not for the one that used to come last.
+        done = [h for h in ("gpu01", "gpu02")
+                if all((bundle / "hosts" / h / f"{p}.json").exists() for p in ("nvidia-smi-q-x", "nvidia-smi-q"))]
         if len(done) == 2:
             break
         time.sleep(0.1)
