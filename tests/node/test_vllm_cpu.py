@@ -251,11 +251,11 @@ def test_real_vllm_cpu_soak(tmp_path):
     assert all(0 < p50 <= p99 < 5000 for p50, p99 in zip(by["tpot_p50_ms"], by["tpot_p99_ms"], strict=True))
     assert set(by["errors"]) == {0} and max(by["in_flight"]) == 16
     # Metrics scrapes: vLLM 0.32 says kv_cache_usage_perc; the 16 + 4 requests of the two
-    # clients fit its 128 sequences at once (its gauges lag: many scrapes read 0 running).
+    # clients fit its 128 sequences at once. Its gauges are sampled and lag (under load every
+    # scrape has read 0 running), so that the load shows is asserted on its counters below.
     assert len(by["requests_running"]) == len(tokens) and max(by["requests_running"]) <= 20
     assert set(by["requests_waiting"]) == {0.0} and set(by["preemptions"]) == {0.0}
     assert all(0 <= v <= 1 for v in by["kv_cache_usage"])
-    assert max(by["requests_running"]) > 0 or max(by["kv_cache_usage"]) > 0  # the load shows
     assert summary["load"]["kv_cache_metric"] == "vllm:kv_cache_usage_perc"
     assert summary["load"]["prompt_mode"] == "token_ids+vllm" and summary["load"]["errors"] == {}
     # The server generated what this client received, plus the second client's share. Compared
