@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shlex
 import subprocess
 import sys
@@ -66,13 +67,18 @@ ThreadingGroup(*sys.argv[3:], config=config).run(sys.argv[2], hide=True, warn=Tr
 """
 
 
-def timed(cmd: list[str] | str, shell: bool = False) -> float:
+def timed(cmd: list[str] | str, shell: bool = False) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command and its children): for preflight and the fabric
+    group that is the controller alone, the simulated nodes' sshd processes are not its children."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     subprocess.run(cmd, shell=shell, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.monotonic() - t0
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def bench(n: int, repeat: int, work: Path) -> dict[str, float]:
+def bench(n: int, repeat: int, work: Path, only: set[str]) -> dict[str, tuple[float, float]]:
     hosts = [SimHost(f"node{i:03d}", commands=dict(REPLIES)) for i in range(n)]
     with SimCluster(hosts, work / f"sim{n}") as cluster:
         names = [h.name for h in hosts]
@@ -89,27 +95,48 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, float]:
             "fabric group": lambda i: timed([sys.executable, "-c", _FABRIC_GROUP, str(cluster.ssh_config),
                                              compound, *names]),
         }
-        return {name: min(fn(i) for i in range(repeat)) for name, fn in runs.items()}
+        runs = {name: fn for name, fn in runs.items() if not only or name in only}
+        # Interleaved, so that a slow minute of the machine hits every contender alike; the
+        # median of each (wall, CPU) pair by wall time.
+        got: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+        for i in range(repeat):
+            for name, fn in runs.items():
+                got[name].append(fn(i))
+        return {name: sorted(v)[len(v) // 2] for name, v in got.items()}
+
+
+def row(n: int, r: dict[str, tuple[float, float]]) -> str:
+    def cell(name: str, cpu: bool = True) -> str:
+        if name not in r:
+            return "-"
+        wall, used = r[name]
+        return f"{wall:.2f} ({used / n * 1e3:.0f})" if cpu else f"{wall:.2f}"
+
+    def ratio(a: str, b: str) -> str:
+        return f"{r[a][0] / r[b][0]:.2f}" if a in r and b in r else "-"
+    return (f"{n:>5} {cell('preflight'):>16} {cell('clush'):>16} {cell('ssh loop', False):>9} "
+            f"{cell('fabric group'):>16} {ratio('preflight', 'clush'):>9} {ratio('preflight', 'fabric group'):>10}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="8,32,64")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated contenders (preflight,clush,ssh loop,fabric group)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_run.py needs root (it builds network namespaces)")
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"# {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}, "
-          f"{time.strftime('%Y-%m-%d')}; {len(static_probes())} static probes per host; best of {args.repeat}")
-    print(f"{'hosts':>5} {'preflight s':>12} {'clush s':>9} {'ssh loop s':>11} {'fabric group s':>15} "
-          f"{'preflight/clush':>16} {'preflight/fabric':>17}")
+          f"{time.strftime('%Y-%m-%d')}; {len(static_probes())} static probes per host; "
+          f"median of {args.repeat}, interleaved; wall s (controller CPU ms per host)")
+    print(f"{'hosts':>5} {'preflight':>16} {'clush':>16} {'ssh loop':>9} {'fabric group':>16} "
+          f"{'pf/clush':>9} {'pf/fabric':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
-            r = bench(n, args.repeat, Path(tmp))
-            print(f"{n:>5} {r['preflight']:>12.2f} {r['clush']:>9.2f} {r['ssh loop']:>11.2f} "
-                  f"{r['fabric group']:>15.2f} {r['preflight'] / r['clush']:>16.2f} "
-                  f"{r['preflight'] / r['fabric group']:>17.2f}", flush=True)
+            r = bench(n, args.repeat, Path(tmp), {s for s in args.only.split(",") if s})
+
+            print(row(n, r), flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from preflight.collect.multinode import MultinodeOptions, run_multinode
 from preflight.collect.probes import PROBES, Probe
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import KnowledgeBase
-from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability, read_bundle
+from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability
 from preflight.judge.loader import CheckLoadError
 from preflight.knowledge.profiles import Profile
 from preflight.model import Analysis, Check, Host, ProbeResult
@@ -74,11 +74,11 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
     else:
         run_fleet(ssh_nodes(req.hosts, req.plan.ssh), req.plan, on_result)
         if req.multinode:
-            bundle = read_bundle(bundle_dir)
+            bundle = writer.bundle()
             reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
             run_multinode(req.hosts, reached, writer.add, req.plan.ssh, req.multinode, req.run_id, FLEET_HOST)
 
-    analysis = analyze(read_bundle(bundle_dir), req.checks, req.profiles, req.kb, req.forced_profile)
+    analysis = analyze(writer.bundle(), req.checks, req.profiles, req.kb, req.forced_profile)
     analysis.meta.update({"run_id": req.run_id, "created": created, "preflight_version": __version__,
                           "bundle": "bundle"})
     write_reports(run_dir, analysis, req.html)

@@ -59,14 +59,34 @@ class BundleWriter:
         if meta:
             header.update(meta)
         _atomic_write(self.root / "bundle.json", (json.dumps(header, indent=2) + "\n").encode())
+        # What was written, as the reader sees it: bundle.json goes through JSON, so does this.
+        self.header: dict = json.loads(json.dumps(header))
+        self._results: dict[str, dict[str, ProbeResult]] = {}
+        self._made: set[str] = set()
 
     def add(self, result: ProbeResult) -> None:
         host_dir = self.root / "hosts" / _safe_component(result.host, "host")
-        host_dir.mkdir(exist_ok=True)
+        if result.host not in self._made:
+            host_dir.mkdir(exist_ok=True)
+            self._made.add(result.host)
         probe = _safe_component(result.probe, "probe")
-        if result.stdout is not None and not result.tool_missing:
-            _atomic_write(host_dir / f"{probe}.txt", result.stdout)
-        _atomic_write(host_dir / f"{probe}.json", (json.dumps(result.meta(), indent=2) + "\n").encode())
+        stdout = result.stdout if result.stdout is not None and not result.tool_missing else None
+        if stdout is not None:
+            _atomic_write(host_dir / f"{probe}.txt", stdout)
+        meta = result.meta()
+        _atomic_write(host_dir / f"{probe}.json", (json.dumps(meta, indent=2) + "\n").encode())
+        # Kept as the reader will see it (same normalisation), so that a run judges the bundle
+        # without reading back every file it has just written.
+        self._results.setdefault(result.host, {})[probe] = _result_from(result.host, probe, stdout, meta)
+
+    def bundle(self) -> Bundle:
+        """The bundle as written so far, equal to what ``read_bundle`` reads from ``root``."""
+        def in_order(of: dict[str, ProbeResult]) -> dict[str, ProbeResult]:
+            return dict(sorted(of.items()))  # the reader's order: by probe id
+        results = {host: in_order(self._results.get(host, {})) for host in self.header["hosts"]}
+        fleet = in_order(self._results.get(FLEET_HOST, {}))
+        return Bundle(self.root, str(self.header.get("created", "")), tuple(self.header["hosts"]), results,
+                      dict(self.header), fleet)
 
 
 @dataclass(frozen=True)
@@ -118,22 +138,27 @@ def _read_host(host: str, host_dir: Path) -> dict[str, ProbeResult]:
                 raise BundleError(f"{meta_path}: invalid JSON ({exc})") from None
             if not isinstance(meta, dict):
                 raise BundleError(f"{meta_path}: not a JSON object")
-        stdout = txt.read_bytes() if txt.is_file() else None
-        # A bare .txt (a capture a user dropped in by hand) counts as a clean run.
-        exit_code = meta.get("exit_code", 0 if stdout is not None else None)
-        probes[probe] = ProbeResult(
-            probe=probe,
-            host=host,
-            command=tuple(meta.get("command") or ()),
-            stdout=stdout,
-            stderr=str(meta.get("stderr") or ""),
-            exit_code=exit_code if isinstance(exit_code, int) else None,
-            started=meta.get("started"),
-            duration_s=meta.get("duration_s"),
-            timed_out=bool(meta.get("timed_out", False)),
-            error=meta.get("error"),
-        )
+        probes[probe] = _result_from(host, probe, txt.read_bytes() if txt.is_file() else None, meta)
     return probes
+
+
+def _result_from(host: str, probe: str, stdout: bytes | None, meta: dict) -> ProbeResult:
+    """One probe's record from its two files' contents; the writer's in-memory copy comes
+    through here too, so a run and a later ``analyze`` judge the same records."""
+    # A bare .txt (a capture a user dropped in by hand) counts as a clean run.
+    exit_code = meta.get("exit_code", 0 if stdout is not None else None)
+    return ProbeResult(
+        probe=probe,
+        host=host,
+        command=tuple(meta.get("command") or ()),
+        stdout=stdout,
+        stderr=str(meta.get("stderr") or ""),
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        started=meta.get("started"),
+        duration_s=meta.get("duration_s"),
+        timed_out=bool(meta.get("timed_out", False)),
+        error=meta.get("error"),
+    )
 
 
 def host_reachability(bundle: Bundle, host: str) -> tuple[bool, str | None]:

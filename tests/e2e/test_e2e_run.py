@@ -8,6 +8,7 @@ exactly as it would to a real fleet: hosts file, ssh config, known_hosts, key.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -103,6 +104,26 @@ def test_unknown_host_key_is_refused_by_default(sim_cluster, tmp_path):
     conn = next(f for f in report["findings"] if f["check"] == "connectivity")
     assert "host key unknown" in conn["summary"]
     assert main(base + ["--run-id", "accept", "--accept-new-host-keys"]) == 0
+
+
+def test_a_bad_known_hosts_line_is_skipped_and_a_changed_key_refused(sim_cluster, tmp_path, capsys):
+    # OpenSSH skips a line it cannot read, with a warning naming file and line; one bad line
+    # must not make every host unreachable. A key that does not match is still refused.
+    cluster = sim_cluster([gpu_node("gpu01"), gpu_node("gpu02")])
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    other = (tmp_path / "other.pub").read_text().split()[:2]
+    lines = cluster.known_hosts.read_text().splitlines()
+    swapped = [" ".join([line.split()[0], *other]) if line.split()[0].split(",")[0] == "gpu02" else line
+               for line in lines]
+    known = tmp_path / "known_hosts"
+    known.write_text("gpu01 ssh-ed25519 AAAA-this-is-not-a-key\n" + "\n".join(swapped) + "\n")
+    code, report, _ = run(cluster, tmp_path, "--known-hosts", str(known))
+    assert code == 1
+    assert report["hosts"]["gpu01"] == {**report["hosts"]["gpu01"], "status": "pass", "reachable": True}
+    assert report["hosts"]["gpu02"]["reachable"] is False
+    conn = next(f for f in report["findings"] if f["host"] == "gpu02" and f["check"] == "connectivity")
+    assert "host key mismatch" in conn["summary"]
+    assert f"{known}:1" in capsys.readouterr().err
 
 
 def test_hostile_host_names_never_reach_a_shell(sim_cluster, tmp_path):

@@ -35,6 +35,23 @@ def test_round_trip_is_byte_for_byte(tmp_path):
     assert b.probes_of("gpu02") == {}
 
 
+def test_the_writers_view_is_what_the_reader_reads(tmp_path):
+    # A run judges writer.bundle() instead of reading back what it wrote: the two must agree
+    # record for record, in the reader's order, whatever a result looked like in memory.
+    w = BundleWriter(tmp_path / "b", ["gpu01", "gpu02", "gpu03"], "2026-11-29T10:00:00+00:00", {"run_id": "r1"})
+    w.add(_result("nvidia-smi-topo", b"\x1b[4mGPU0\x1b[0m\t\xff\n"))
+    w.add(_result("ibstat", b"", exit_code=127, stderr="sh: ibstat: not found"))  # tool missing: no .txt
+    w.add(_result("lspci", b"partial", exit_code=None, timed_out=True))
+    w.add(_result("kernel-log", None, exit_code=None, host="gpu02", error="connection refused: [Errno 111]"))
+    w.add(_result("nccl-all-reduce", b"# nThread 1\n", host="fleet-"))
+    w.add(_result("lspci", b"second write wins", host="gpu01"))
+    mine, theirs = w.bundle(), read_bundle(tmp_path / "b")
+    assert mine == theirs
+    assert list(mine.probes_of("gpu01")) == list(theirs.probes_of("gpu01")) == ["ibstat", "lspci", "nvidia-smi-topo"]
+    assert mine.probes_of("gpu01")["ibstat"].stdout is None and mine.probes_of("gpu03") == {}
+    assert mine.fleet["nccl-all-reduce"].stdout == b"# nThread 1\n" and mine.header["run_id"] == "r1"
+
+
 def test_hand_made_bundle_with_bare_txt_files(tmp_path):
     (tmp_path / "hosts/n1").mkdir(parents=True)
     (tmp_path / "hosts/n1/nvidia-smi-q.txt").write_text("x")
