@@ -19,6 +19,7 @@ Needs root (namespaces). Numbers depend on the machine: record them with its siz
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import resource
@@ -78,21 +79,34 @@ def timed(cmd: list[str] | str, shell: bool = False) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+@contextlib.contextmanager
+def fleet(n: int, work: Path):
+    """(host names, ssh config, hosts file) of ``n`` simulated hosts: one SimCluster holds at
+    most 253 (one /24), so larger fleets are several side by side behind one ssh config."""
+    names = [f"node{i:04d}" for i in range(n)]
+    with contextlib.ExitStack() as stack:
+        clusters = [stack.enter_context(SimCluster([SimHost(name, commands=dict(REPLIES)) for name in chunk],
+                                                   work / f"sim{n}-{k}"))
+                    for k, chunk in enumerate(names[i:i + 250] for i in range(0, n, 250))]
+        ssh_config, hosts_file = work / f"ssh_config-{n}", work / f"hosts-{n}.txt"
+        ssh_config.write_text("".join(c.ssh_config.read_text() for c in clusters))
+        hosts_file.write_text("".join(f"{name}\n" for name in names))
+        yield names, ssh_config, hosts_file
+
+
 def bench(n: int, repeat: int, work: Path, only: set[str]) -> dict[str, tuple[float, float]]:
-    hosts = [SimHost(f"node{i:03d}", commands=dict(REPLIES)) for i in range(n)]
-    with SimCluster(hosts, work / f"sim{n}") as cluster:
-        names = [h.name for h in hosts]
+    with fleet(n, work) as (names, ssh_config, hosts_file):
         compound = "; ".join(remote_command(p.argv, 30) for p in static_probes())
-        ssh = ["ssh", "-F", str(cluster.ssh_config), "-o", "BatchMode=yes"]
+        ssh = ["ssh", "-F", str(ssh_config), "-o", "BatchMode=yes"]
         runs = {
-            "preflight": lambda i: timed([sys.executable, "-m", "preflight", "run", "--hosts", str(cluster.hosts_file),
-                                          "--ssh-config", str(cluster.ssh_config), "--out", str(work / "reports"),
+            "preflight": lambda i: timed([sys.executable, "-m", "preflight", "run", "--hosts", str(hosts_file),
+                                          "--ssh-config", str(ssh_config), "--out", str(work / "reports"),
                                           "--run-id", f"b{n}-{i}", "-q", "--quick"]),
             "clush": lambda i: timed(["clush", "-f", "64", "-w", ",".join(names),
-                                      "-O", f"ssh_options=-F {cluster.ssh_config} -oBatchMode=yes", compound]),
+                                      "-O", f"ssh_options=-F {ssh_config} -oBatchMode=yes", compound]),
             "ssh loop": lambda i: timed(" ; ".join(f"{shlex.join(ssh + [h, compound])} >/dev/null" for h in names),
                                         shell=True),
-            "fabric group": lambda i: timed([sys.executable, "-c", _FABRIC_GROUP, str(cluster.ssh_config),
+            "fabric group": lambda i: timed([sys.executable, "-c", _FABRIC_GROUP, str(ssh_config),
                                              compound, *names]),
         }
         runs = {name: fn for name, fn in runs.items() if not only or name in only}

@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "active tests add their own limits)")
     run.add_argument("--per-node", type=_positive(int), default=4, metavar="N",
                      help="probes run at once on one node (default 4)")
+    run.add_argument("--workers", type=_positive(int), metavar="N",
+                     help="controller processes sharing the SSH fan-out (default: one per 64 hosts, "
+                          "at most one per core)")
     run.add_argument("--run-id", help="name of the run directory (default: a timestamp)")
     _common_analysis_options(run)
     _active_test_options(run)
@@ -180,7 +183,8 @@ def run_request(args):
     ssh = targets.ssh_of(args)
     nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir)
     plan = ExecPlan(probes_for(checks, {NCCL_PROBE_ID: nccl}), args.timeout, args.parallel, ssh,
-                    per_node=args.per_node, node_timeout_s=args.node_timeout)
+                    per_node=args.per_node, node_timeout_s=args.node_timeout,
+                    workers=getattr(args, "workers", None))
     multinode = None
     if getattr(args, "nccl_multinode", False):
 

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from preflight import __version__
-from preflight.collect.fanout import ExecPlan, run_fleet, run_node, ssh_nodes
+from preflight.collect.fanout import ExecPlan, run_node
 from preflight.collect.local import LocalNode, local_host_name
 from preflight.collect.multinode import MultinodeOptions, run_multinode
 from preflight.collect.probes import PROBES, Probe
+from preflight.collect.shards import auto_workers, run_sharded
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import KnowledgeBase
 from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability
@@ -72,7 +73,7 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
     if local:
         run_node(LocalNode(names[0]), req.plan, on_result)
     else:
-        run_fleet(ssh_nodes(req.hosts, req.plan.ssh), req.plan, on_result)
+        run_sharded(req.hosts, req.plan, on_result, req.plan.workers or auto_workers(len(req.hosts)))
         if req.multinode:
             bundle = writer.bundle()
             reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}

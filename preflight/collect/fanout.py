@@ -36,6 +36,7 @@ class ExecPlan:
     ssh: SshOptions = field(default_factory=SshOptions)
     per_node: int = 4  # probes at once on one node; sshd's MaxSessions defaults to 10
     node_timeout_s: float | None = None  # None: NODE_TIMEOUT_FACTOR x timeout_s
+    workers: int | None = None  # controller processes for an SSH fleet (collect/shards.py); None: by size
 
     def limit_for(self, probe: Probe) -> float:
         return probe.timeout_s if probe.timeout_s is not None else self.timeout_s
@@ -96,7 +97,7 @@ def run_node(node: Node, plan: ExecPlan, on_result: OnResult) -> None:
         for probe in plan.probes:
             if owed[probe.id] > 0:
                 owed[probe.id] -= 1
-                on_result(_failed(probe, node.name, f"internal error: {type(exc).__name__}: {exc}"))
+                on_result(failed_result(probe, node.name, f"internal error: {type(exc).__name__}: {exc}"))
     finally:
         node.close()
 
@@ -148,7 +149,7 @@ def _run_probes(node: Node, plan: ExecPlan, on_result: OnResult) -> None:
     connect = getattr(node, "connect", None)
     if connect is not None and (why := connect()):
         for probe in plan.probes:  # one refusal answers for every probe
-            on_result(_failed(probe, node.name, why))
+            on_result(failed_result(probe, node.name, why))
         return
     # Active probes load the node: they run alone, after the static ones, in catalogue order.
     static = [p for p in plan.probes if not p.active]
@@ -159,7 +160,7 @@ def _run_probes(node: Node, plan: ExecPlan, on_result: OnResult) -> None:
         while True:
             probe, skipped = schedule.next()
             for passed_over, why in skipped:
-                on_result(_failed(passed_over, node.name, why))
+                on_result(failed_result(passed_over, node.name, why))
             if probe is None:
                 return
             # A probe never outlives the node's deadline, except a benchmark's own limit.
@@ -179,5 +180,5 @@ def _run_probes(node: Node, plan: ExecPlan, on_result: OnResult) -> None:
         th.join()
     schedule.extend(active)
     worker()
-def _failed(probe: Probe, host: str, reason: str) -> ProbeResult:
+def failed_result(probe: Probe, host: str, reason: str) -> ProbeResult:
     return ProbeResult(probe.id, host, probe.argv, None, "", None, now_iso(), 0.0, False, reason)
