@@ -59,6 +59,15 @@ def soak_memory(soak):
     return [soak.judge_memory(host) for host in soak.sampled_hosts]
 
 
+@soak_check("soak-sdc", summary="the burn's GEMM on fixed inputs gave the same result all along and on "
+            "every GPU of the node (gpu-silent-data-corruption)")
+def soak_sdc(soak):
+    # Only the burn computes on fixed inputs; a served model's output has nothing to compare with.
+    if soak.engine != "burn":
+        return []
+    return [soak.judge_sdc(host) for host in soak.hosts if not soak.throughput[host].empty]
+
+
 @soak_check("soak-vllm-server", summary="no known failure in a vllm soak's server log (CUDA graph "
             "capture, illegal memory access, no KV-cache memory, out of memory, engine died)")
 def soak_vllm_server(soak):

@@ -425,8 +425,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--host", default=None, help="name for the host column (default: this host's name)")
     ap.add_argument("--gpus", default=None, help="comma-separated NVML indices to load (default: all; all are sampled)")
     ap.add_argument("--window", type=_seconds, default=5.0, help="burn: seconds per throughput window (default 5)")
-    ap.add_argument("--copy-fraction", type=float, default=0.1,
-                    help="burn: share of each window spent copying (default 0.1)")
+    ap.add_argument("--copy-fraction", type=float, default=0.05,
+                    help="burn: share of the time spent copying, after every ~50 ms of GEMMs (default 0.05)")
+    ap.add_argument("--no-sdc", dest="sdc", action="store_false",
+                    help="burn: do not checksum the GEMM's results (only to measure what the check costs)")
     ap.add_argument("--gemm-size", type=int, default=None, help="burn: GEMM size n (default: by GPU memory)")
     ap.add_argument("--bench", type=_seconds, default=0.0, metavar="S",
                     help="burn: afterwards, run a plain torch.matmul loop on the same sizes for S seconds per GPU")
@@ -490,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     cfg = AgentConfig(out=out, host=args.host or socket.gethostname(), engine=args.engine, seconds=args.seconds,
                       interval_s=args.interval, gpus=args.gpus,
-                      burn=BurnParams(args.window, args.copy_fraction, args.gemm_size, args.bench),
+                      burn=BurnParams(args.window, args.copy_fraction, args.gemm_size, args.bench, args.sdc),
                       serve=ServeParams(args.model, args.vllm_python, args.vllm_arg, args.skip_tokenizer_init,
                                         args.ready_timeout, args.endpoint, args.concurrency, args.max_tokens))
     agent = Agent(cfg, lambda: load_nvml(args.fake_nvml))

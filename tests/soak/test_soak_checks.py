@@ -21,7 +21,7 @@ from preflight.soak.data import SoakMeta, write_soak
 from preflight.soak.judge import judge_soak
 
 SOAK_CHECKS = ["soak-thermal", "soak-power", "soak-throughput", "soak-outliers", "soak-telemetry", "soak-memory",
-               "soak-vllm-server"]
+               "soak-sdc", "soak-vllm-server"]
 
 
 def _real_soak(tmp_path, hosts=("h200-vm",), meta=None, events: str | None = None):
@@ -65,7 +65,7 @@ def test_findings_come_host_by_host_then_the_server_logs_in_event_order(tmp_path
     (soak / "throughput.csv").write_text(thr + "".join(line.replace(",gpu01,", ",cpu9,") + "\n"
                                                       for line in thr.splitlines()[1:] if ",gpu01," in line))
     findings = judge_soak(soak, load_knowledge()).findings
-    per_host = SOAK_CHECKS[:-1]
+    per_host = SOAK_CHECKS[:-2]  # a vllm soak: no result checks (soak-sdc), the server logs come last
     assert [(f.check, f.host) for f in findings] == (
         [(c, "gpu01") for c in per_host] + [(c, "gpu02") for c in per_host]
         + [("soak-telemetry", "gpu03"), ("soak-telemetry", "cpu9"), ("soak-throughput", "cpu9")]
