@@ -11,7 +11,7 @@ ever pasted into them. A parametrised probe lives in a module of its own (``nccl
 
 from __future__ import annotations
 
-from preflight.collect import nccl, scripts
+from preflight.collect import dcgm, nccl, scripts
 from preflight.collect.probe import Probe
 
 
@@ -38,6 +38,10 @@ PROBES: dict[str, Probe] = {
         Probe("kernel-log", _sh(scripts.read("kernel_log.sh")), "kernel ring buffer (XID, mlx5, PCIe)", "dmesg"),
         Probe("lspci", ("lspci", "-vvv"), "PCIe link capability and status", "lspci"),
         Probe("uname", ("uname", "-a"), "kernel release (the inbox mlx5 driver's version)", "uname"),
+        dcgm.DISCOVERY,
+        # Active probes run after the static ones, one at a time, in this order: the diagnostic
+        # first, so a GPU it fails is named before all_reduce loads every GPU.
+        dcgm.PROBE,  # parametrised: the run's DcgmOptions (--dcgm-level) become its arguments
         nccl.PROBE,  # parametrised: the run's NcclOptions become its arguments
     ]
 }
