@@ -89,7 +89,8 @@ def dcgm_diag(host):
     counts = {s: sum(1 for t in diag.tests if t.status == s) for s in ("pass", "fail", "warn", "skip", "not-run")}
     tally = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no test"
     v.data.update(tests={t.name: t.status for t in diag.tests}, counts=counts)
-    head = f"{where} ({diag.form}{', DCGM ' + diag.version if diag.version else ''}): {tally}"
+    shape = f" ({diag.form}{', DCGM ' + diag.version if diag.version else ''})" if diag.form != "none" else ""
+    head = f"{where}{shape}: {tally}"
     summary = "; ".join([head] + v.errors + v.fails + v.warns)
     evidence = list(dict.fromkeys(v.evidence))[:6]
     kw = dict(symptoms=v.symptoms, evidence=evidence, data=v.data, action=v.action)

@@ -10,7 +10,8 @@ in docs/sources.md, "IB error counters"):
 - ``link_downed`` grew, or the port's state changed between the readings: the link flapped under
   load (``ib-link-flapping``, FAIL); a port that ended not ACTIVE also points at ``ib-port-down``.
 - ``local_link_integrity_errors`` / ``excessive_buffer_overrun_errors`` grew: FAIL; ``symbol_error``
-  grew faster than 120 per hour (IBTA's compliant-link bound): FAIL; any slower growth of it, or
+  grew faster than 120 per hour (IBTA's compliant-link bound) by at least ``MIN_FOR_RATE`` errors:
+  FAIL; any slower or smaller growth of it, or
   growth of ``link_error_recovery``, ``port_rcv_errors``, ``port_rcv_remote_physical_errors``:
   WARN. All point at the cable, transceiver or switch port (``ib-link-errors``).
 - ``port_xmit_discards`` / ``local_ack_timeout_err`` grew: WARN, congestion or a path problem on the
@@ -39,6 +40,9 @@ from preflight.model import Evidence
 CLEAR_ACTION = ("clear the port counters (perfquery -x -R for the local port, or reboot), then re-run preflight "
                 "with its active tests so their growth can be seen")
 IBTA_SYMBOL_ERRORS_PER_HOUR = 120.0
+# Growth below this many errors WARNs whatever its rate: over the seconds between two readings of a
+# short run one error would otherwise read as thousands per hour. Chosen, not published.
+MIN_FOR_RATE = 10
 
 
 @dataclass(frozen=True)
@@ -165,9 +169,11 @@ def _window(host, before, after):
             data["grew"].setdefault(b.label, {})[name] = grew
             rate = grew / seconds * 3600 if seconds else None
             level = rule.severity
-            if rule.fail_per_hour is not None and rate is not None and rate > rule.fail_per_hour:
+            # A handful of errors in a short window is not yet a rate: it warns.
+            if rule.fail_per_hour is not None and rate is not None and rate > rule.fail_per_hour \
+                    and grew >= MIN_FOR_RATE:
                 level = "fail"
-            pace = f", {rate:.0f}/hour" if rate is not None else ""
+            pace = f", {rate:.0f}/hour" if rate is not None and rule.fail_per_hour is not None else ""
             add(level, f"{b.label} {name} +{grew} ({v0} -> {v1}{pace}): {rule.reason}", rule.cause,
                 _port_evidence(host, IB_COUNTERS_AFTER, b, [name]))
     summary_tail = ("; lifetime values (context, not judged): "

@@ -135,3 +135,10 @@ def test_clean_port_passes_and_no_device_skips():
 def test_cleared_during_the_window():
     f = judge(grow(GPUD, symbol_error=9), GPUD)
     assert f.status is Status.WARN and "cleared during the tests, growth unknown" in f.summary
+
+
+def test_a_few_symbol_errors_in_a_short_window_warn():
+    probes = {BEFORE: result(BEFORE, GPUD, started=T0),
+              AFTER: result(AFTER, grow(GPUD, symbol_error=2), started="2026-12-01T10:00:05+00:00")}
+    [f] = run_check("ib-counters", make_host(probes))
+    assert f.status is Status.WARN and "symbol_error +2 (0 -> 2, 1440/hour)" in f.summary
