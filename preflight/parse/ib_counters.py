@@ -10,6 +10,12 @@ Input: ``path:value`` lines, as ``grep -Hs . FILES`` prints them, for
 Empty output is a result: the glob matched nothing, i.e. no RDMA device. Lines that are not
 ``path:value`` under an ``infiniband/`` directory are ParseError: the text is something else.
 
+The same parser reads the counter tables users already have, told apart by content: ``perfquery``
+and ``perfquery -x`` output (``# Port counters: Lid L port P ...`` / ``# Port extended counters: ...``
+headers, then ``SymbolErrorCounter:......0`` lines), one block per port, named ``lidL``. The
+PMA names become the sysfs names (``PERFQUERY_NAMES``). Extended (``-x``) blocks carry 64-bit
+counters where the port supports them, so the PortCounters widths do not apply there.
+
 Counter widths (``COUNTER_BITS``) are those of the IBTA PortCounters attribute (InfiniBand
 Architecture Specification vol. 1, PortCounters; the same widths perfquery prints): a counter at
 its maximum has stopped counting, so growth can no longer be seen (docs/sources.md, IB counters).
@@ -25,6 +31,21 @@ from preflight.parse import ParseError
 _LINE = re.compile(r"^(?P<path>/\S*?/infiniband/(?P<dev>[^/\s]+)/ports/(?P<port>\d+)/"
                    r"(?:(?P<kind>counters|hw_counters)/)?(?P<name>[^/:\s]+)):(?P<value>.*)$")
 _STATE = re.compile(r"^\s*\d+\s*:\s*(\S+)")
+_PQ_HEADER = re.compile(r"^# Port (extended )?counters: Lid (\d+) port (\d+)")
+_PQ_LINE = re.compile(r"^(\w+):\.*(\S+)\s*$")
+PERFQUERY_NAMES = {
+    "SymbolErrorCounter": "symbol_error", "LinkErrorRecoveryCounter": "link_error_recovery",
+    "LinkDownedCounter": "link_downed", "PortRcvErrors": "port_rcv_errors",
+    "PortRcvRemotePhysicalErrors": "port_rcv_remote_physical_errors",
+    "PortRcvSwitchRelayErrors": "port_rcv_switch_relay_errors", "PortXmitDiscards": "port_xmit_discards",
+    "PortXmitConstraintErrors": "port_xmit_constraint_errors", "PortRcvConstraintErrors": "port_rcv_constraint_errors",
+    "LocalLinkIntegrityErrors": "local_link_integrity_errors",
+    "ExcessiveBufferOverrunErrors": "excessive_buffer_overrun_errors", "VL15Dropped": "VL15_dropped",
+    "PortXmitWait": "port_xmit_wait", "PortXmitData": "port_xmit_data", "PortRcvData": "port_rcv_data",
+    "PortXmitPkts": "port_xmit_packets", "PortRcvPkts": "port_rcv_packets",
+    "PortUnicastXmitPkts": "unicast_xmit_packets", "PortUnicastRcvPkts": "unicast_rcv_packets",
+    "PortMulticastXmitPkts": "multicast_xmit_packets", "PortMulticastRcvPkts": "multicast_rcv_packets",
+}
 
 # PortCounters field widths (IBTA): SymbolErrorCounter 16 bits, LinkErrorRecoveryCounter 8, ...
 COUNTER_BITS = {
@@ -45,6 +66,7 @@ class PortCounters:
     state: str | None = None  # ACTIVE, DOWN, INIT, ...
     phys_state: str | None = None  # LINKUP, POLLING, DISABLED, ...
     link_layer: str | None = None
+    wide: bool = False  # perfquery -x: 64-bit counters, the PortCounters widths do not apply
 
     @property
     def label(self) -> str:
@@ -52,6 +74,8 @@ class PortCounters:
 
     def saturated(self) -> list[str]:
         """Error counters stuck at the maximum of their width: they no longer count."""
+        if self.wide:
+            return []
         return [name for name, bits in COUNTER_BITS.items() if self.counters.get(name) == (1 << bits) - 1]
 
 
@@ -65,6 +89,8 @@ class CounterSnapshot:
 
 
 def parse_ib_counters(text: str) -> CounterSnapshot:
+    if any(_PQ_HEADER.match(line) for line in text.splitlines()):
+        return _perfquery(text)
     found: dict[tuple[str, int], dict] = {}
     bad: list[str] = []
     for line in text.splitlines():
@@ -99,3 +125,21 @@ def parse_ib_counters(text: str) -> CounterSnapshot:
 
 def _natural(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def _perfquery(text: str) -> CounterSnapshot:
+    ports: list[PortCounters] = []
+    current: dict | None = None
+    for line in text.splitlines():
+        if m := _PQ_HEADER.match(line.strip()):
+            current = {"lid": m.group(2), "port": int(m.group(3)), "wide": bool(m.group(1)), "counters": {}}
+            ports.append(current)  # type: ignore[arg-type]
+        elif current is not None and (v := _PQ_LINE.match(line.strip())):
+            name = PERFQUERY_NAMES.get(v.group(1))
+            if name:
+                try:
+                    current["counters"][name] = int(v.group(2), 0)
+                except ValueError:
+                    pass
+    return CounterSnapshot(tuple(PortCounters(f"lid{p['lid']}", p["port"], p["counters"], wide=p["wide"])
+                                 for p in ports))

@@ -142,3 +142,18 @@ def test_a_few_symbol_errors_in_a_short_window_warn():
               AFTER: result(AFTER, grow(GPUD, symbol_error=2), started="2026-12-01T10:00:05+00:00")}
     [f] = run_check("ib-counters", make_host(probes))
     assert f.status is Status.WARN and "symbol_error +2 (0 -> 2, 1440/hour)" in f.summary
+
+
+PERFQUERY = (CORPUS / "perfquery-x-lid10-port1-all-zero-rhel75.txt").read_text()
+
+
+def test_perfquery_tables_read_like_sysfs():
+    (port,) = parse_ib_counters(PERFQUERY).ports
+    assert (port.device, port.port, port.wide) == ("lid10", 1, True)
+    assert port.counters["symbol_error"] == 0 and port.counters["VL15_dropped"] == 0 and len(port.counters) == 21
+    f = judge(PERFQUERY, active=False)  # a user's ib-counters.txt holding perfquery -x output
+    assert f.status is Status.PASS and "1 port(s): every error counter at 0" in f.summary
+    # Extended counters are 64-bit: 255 there is a count, not a saturated 8-bit counter.
+    f = judge(PERFQUERY.replace("LinkDownedCounter:...............0", "LinkDownedCounter:...............255"),
+              active=False)
+    assert f.symptoms == ("ib-counters-nonzero",)
