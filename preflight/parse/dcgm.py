@@ -201,12 +201,15 @@ def _str(value) -> str | None:
 def _json_test(test: dict, category: str | None) -> DiagTest:
     results: list[GpuResult] = []
     messages: list[DiagMessage] = []
+    others: list[str] = []  # statuses of results for entities other than GPUs
     for r in test.get("results") or ():
         if not isinstance(r, dict):
             continue
         gpus = _json_gpus(r)
         status = status_word(r.get("status"))
         results.extend(GpuResult(g, status) for g in gpus)
+        if not gpus:
+            others.append(status)
         gpu = gpus[0] if len(gpus) == 1 else None
         messages.extend(_json_messages(r, gpu))
     summary = test.get("test_summary") if isinstance(test.get("test_summary"), dict) else {}
@@ -214,7 +217,8 @@ def _json_test(test: dict, category: str | None) -> DiagTest:
         # 4.5 repeats a result's warning in the summary: keep each message once.
         if not any(m.text == seen.text and m.code == seen.code for seen in messages):
             messages.append(m)
-    status = status_word(summary["status"]) if summary.get("status") else worst(r.status for r in results)
+    status = (status_word(summary["status"]) if summary.get("status")
+              else worst([r.status for r in results] + others))
     return DiagTest(str(test.get("name", "?")), category, status, tuple(results), tuple(messages))
 
 
@@ -222,6 +226,8 @@ def _json_gpus(result: dict) -> list[int | None]:
     group = result.get("entity_group")
     if "entity_id" in result and group in (None, "GPU"):
         return [_num(str(result["entity_id"]), int)]
+    if group not in (None, "GPU"):
+        return []  # a CPU or NVSwitch entity (4.x): its status counts in the test's, not as a GPU
     ids = result.get("gpu_ids", result.get("gpu_id"))
     if ids is None:
         return [None]

@@ -121,3 +121,15 @@ def test_discovery():
     assert disc.gpus[7].pci_bus_id == "00000000:8A:00.0" and disc.gpus[0].name == "Tesla V100-SXM2-32GB"
     with pytest.raises(ParseError):
         parse_dcgmi_discovery("hello\n")
+
+
+def test_non_gpu_entities_are_not_read_as_gpus():
+    # The real 4.2.3 document with its memory result's entity_group edited to "CPU" (4.x reports
+    # CPU entities for the CPU EUD tests): no GPU result, the status still counts.
+    import json
+    doc = json.loads(load("gb10-dcgm4.2.3-diag-r2-json-software-fail-persistence-memory-pcie-skip.json"))
+    memory = doc["DCGM Diagnostic"]["test_categories"][1]["tests"][0]
+    memory["results"][0]["entity_group"] = "CPU"
+    del memory["test_summary"]
+    tests = by_name(parse_dcgmi_diag(json.dumps(doc)))
+    assert tests["memory"].results == () and tests["memory"].status == "skip"
