@@ -28,6 +28,13 @@ names (tests/derived.py holds the derivations shared with the unit tests):
 - ``all_reduce_perf``: the real 8-GPU A100 table scaled to H200 bandwidth, in the layout the real
   H200 run printed (``nccl_table``).
 
+- ``dcgmi diag -r 1 -j`` / ``dcgmi discovery -l``: the real DCGM 4.1.1 level-1 table and the
+  discovery listing of an 8-GPU node (corpus dcgm/v100-*: V100s; no check reads the model from
+  them). dcgmi prints the table where the probe asks for JSON: the parser tells them apart.
+- the ib-counters files (``ports/1/counters/*`` of each NIC): the real mlx5 capture of
+  corpus ibcounters/mlx5-sysfs-counters-saturated-...-gpud943.txt with its three saturated
+  counters at 0, as they read after a clear (``ib_counters_cleared``; constructed, named here).
+
 Not modelled: the ethtool-i probe prints nothing, as on an InfiniBand-only node: it lists
 netdevs bound to mlx5_core through /sys/class/net/*/device/driver symlinks, which SimHost's
 sysfs files cannot make. ethtool itself is installed (a shim answering ``ethtool --version``
@@ -344,8 +351,36 @@ def healthy_h200(name: str, nccl_max_bytes: int = 8 << 30) -> SimHost:
         MODINFO: nic_modinfo(), OFED: doca_ofed_info(),
         DMESG: _kernel_log(), LSPCI: node_lspci(buses), UNAME: _uname(name), ETHTOOL: "ethtool version 6.7\n",
         all_reduce_command(nccl_max_bytes): nccl_table(name, buses),
+        DCGM_DIAG: DCGM_PASS_R1.read_text(), DCGM_DISCOVERY: DCGM_DISCOVERY_8.read_text(),
     }
-    return SimHost(name, {line: Reply(text) for line, text in commands.items()}, sysfs=nic_sysfs(name))
+    return SimHost(name, {line: Reply(text) for line, text in commands.items()},
+                   sysfs={**nic_sysfs(name), **nic_counters()})
+
+
+# DCGM (issue 16): what the dcgmi-diag probe's script runs at the default level, and discovery.
+DCGM_DIAG, DCGM_DISCOVERY = "dcgmi diag -r 1 -j", "dcgmi discovery -l"
+DCGM_PASS_R1 = CORPUS / "dcgm" / "v100-dcgm4.1.1-drv570-diag-deployment-pass.txt"
+DCGM_DISCOVERY_8 = CORPUS / "dcgm" / "v100-dcgmi-discovery-l-8gpus-0cpus.txt"
+IB_COUNTERS_CAPTURE = CORPUS / "ibcounters" / "mlx5-sysfs-counters-saturated-link-downed-xmit-discards-gpud943.txt"
+CLEARED = ("link_downed", "port_xmit_discards", "excessive_buffer_overrun_errors")
+
+
+def ib_counters_cleared() -> dict[str, str]:
+    """counter name -> value of the real mlx5 capture, its saturated counters at 0 (as after a clear)."""
+    values = {}
+    for line in IB_COUNTERS_CAPTURE.read_text().splitlines():
+        path, _, value = line.rpartition(":")
+        name = path.rsplit("/", 1)[-1]
+        values[name] = "0" if name in CLEARED else value
+    return values
+
+
+def nic_counters(values: dict[int, dict[str, str]] | None = None) -> dict[str, str]:
+    """/sys/class/infiniband/mlx5_N/ports/1/counters/* of every NIC (``values``: NIC -> counters
+    that differ from ib_counters_cleared)."""
+    base = ib_counters_cleared()
+    return {f"infiniband/mlx5_{i}/ports/1/counters/{name}": f"{(values or {}).get(i, {}).get(name, v)}\n"
+            for i in range(NICS) for name, v in base.items()}
 
 
 # Where each recorded output of healthy_h200 comes from (examples/build_examples.py writes it to
@@ -369,6 +404,8 @@ ORIGIN = {
     LSPCI: f"tests/nodes.py node_lspci() from {_FIX}corpus/lspci/cx7-gen5-x16-lnkcap-lnksta-ok-grep.txt",
     UNAME: f"{_FIX}corpus/h200-vm/probe.log (uname -a, host name replaced)",
     ETHTOOL: "tests/nodes.py: ethtool installed, no netdev bound to mlx5_core (InfiniBand-only node)",
+    DCGM_DIAG: f"{_FIX}corpus/dcgm/v100-dcgm4.1.1-drv570-diag-deployment-pass.txt",
+    DCGM_DISCOVERY: f"{_FIX}corpus/dcgm/v100-dcgmi-discovery-l-8gpus-0cpus.txt",
     "sysfs": "tests/nodes.py nic_sysfs(): the ConnectX-7 values of ibstat, in the kernel's sysfs form",
     "all_reduce_perf": f"tests/nodes.py nccl_table() from {_FIX}corpus/nccl-tests/a100-sxm4-40gb-8gpu-allreduce-old-"
                        f"format-validation0.txt scaled to 475 GB/s, in the layout of "

@@ -69,6 +69,9 @@ class Reply:
     stderr: str = ""
     exit_code: int = 0
     sleep_s: float = 0  # before printing; longer than the caller's timeout makes a hang
+    # (path relative to /sys/class, new content) files of the host's sysfs this invocation rewrites
+    # after printing: a counter that grows while a benchmark runs, read again after it.
+    sysfs_writes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -330,14 +333,14 @@ def _write_host(host: SimHost, hostdir: Path, address: str, subnet: int, authori
     bin_dir, replies_dir, state_dir = hostdir / "bin", hostdir / "replies", hostdir / "state"
     for directory in (bin_dir, replies_dir, state_dir):
         directory.mkdir(parents=True)
+    sysfs_dir = hostdir / "sysfs"
     for tool, recordings in _recordings(host).items():
         shim = bin_dir / tool
-        shim.write_text(_shim(host.name, tool, recordings, replies_dir, state_dir))
+        shim.write_text(_shim(host.name, tool, recordings, replies_dir, state_dir, sysfs_dir))
         shim.chmod(0o755)
     home = hostdir / "home"
     home.mkdir()
     (hostdir / "passwd").write_text(_passwd_with_root_home(home))
-    sysfs_dir = hostdir / "sysfs"
     for path, content in host.sysfs.items():
         target = sysfs_dir / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -347,7 +350,7 @@ def _write_host(host: SimHost, hostdir: Path, address: str, subnet: int, authori
 
 
 def _shim(host: str, tool: str, recordings: list[tuple[list[str], list[Reply]]],
-          replies_dir: Path, state_dir: Path) -> str:
+          replies_dir: Path, state_dir: Path, sysfs_dir: Path) -> str:
     lines = [
         "#!/bin/sh",
         f"# simcluster: {tool} on host {host} answers only the command lines recorded below.",
@@ -358,7 +361,8 @@ def _shim(host: str, tool: str, recordings: list[tuple[list[str], list[Reply]]],
     for index, (args, replies) in enumerate(recordings):
         test = " && ".join([f'[ "$#" -eq {len(args)} ]']
                            + [f'[ "${{{i}}}" = {shlex.quote(a)} ]' for i, a in enumerate(args, start=1)])
-        plays = [_play(reply, replies_dir / f"{tool}.{index}.{turn}.out") for turn, reply in enumerate(replies)]
+        plays = [_play(reply, replies_dir / f"{tool}.{index}.{turn}.out", sysfs_dir)
+                 for turn, reply in enumerate(replies)]
         lines.append(f"if {test}; then")
         if len(plays) == 1:
             lines.append(f"\t{plays[0]}")
@@ -375,7 +379,7 @@ def _shim(host: str, tool: str, recordings: list[tuple[list[str], list[Reply]]],
     return "\n".join(lines) + "\n"
 
 
-def _play(reply: Reply, text_file: Path) -> str:
+def _play(reply: Reply, text_file: Path, sysfs_dir: Path) -> str:
     """One shell line that performs `reply`; text stdout is stored in `text_file`."""
     if not 0 <= reply.exit_code <= 255:
         raise SimClusterError(f"exit code {reply.exit_code} is outside 0..255")
@@ -392,6 +396,14 @@ def _play(reply: Reply, text_file: Path) -> str:
         steps.append(f"cat {shlex.quote(str(text_file))}")
     if reply.stderr:
         steps.append(f"printf %s {shlex.quote(reply.stderr)} >&2")
+    for n, (path, content) in enumerate(reply.sysfs_writes):
+        # The overlay's lower layer, which the host's /sys/class shows: a file there changes in place.
+        parts = Path(path).parts
+        if Path(path).is_absolute() or not parts or ".." in parts:
+            raise SimClusterError(f"sysfs write {path!r} must be relative to /sys/class")
+        source = text_file.with_name(f"{text_file.name}.sysfs{n}")
+        source.write_text(content)
+        steps.append(f"cat {shlex.quote(str(source))} >{shlex.quote(str(sysfs_dir / path))}")
     steps.append(f"exit {reply.exit_code}")
     return "; ".join(steps)
 

@@ -15,11 +15,12 @@ from pathlib import Path
 from rich.console import Console
 
 from preflight import __version__
-from preflight.app import options, soak_cli, targets
+from preflight.app import dcgm_options, options, soak_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
 from preflight.app.run import RunRequest, execute, probes_for
+from preflight.collect.dcgm import PROBE_ID as DCGM_PROBE_ID
 from preflight.collect.fanout import ExecPlan
 from preflight.collect.local import local_host_name
 from preflight.collect.multinode import NODE_DIR, MultinodeOptions
@@ -67,6 +68,7 @@ def _active_test_options(run: argparse.ArgumentParser) -> None:
     g.add_argument("--nccl-node-dir", metavar="DIR", default=None,
                    help="where --nccl-multinode writes its hostfiles on the first host "
                         "(default ~/.cache/preflight/multinode)")
+    dcgm_options.add(g)
     g.add_argument("--quick", action="store_true", help="static checks only: leave out active tests")
 
 
@@ -182,7 +184,8 @@ def run_request(args):
     run_id = targets.run_id_of(args, new_run_id())
     ssh = targets.ssh_of(args)
     nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir)
-    plan = ExecPlan(probes_for(checks, {NCCL_PROBE_ID: nccl}), args.timeout, args.parallel, ssh,
+    active = {NCCL_PROBE_ID: nccl, DCGM_PROBE_ID: dcgm_options.options_of(args)}
+    plan = ExecPlan(probes_for(checks, active), args.timeout, args.parallel, ssh,
                     per_node=args.per_node, node_timeout_s=args.node_timeout,
                     workers=getattr(args, "workers", None))
     multinode = None

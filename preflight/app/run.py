@@ -36,7 +36,11 @@ def probes_for(checks: list[Check], options: Mapping[str, Any] | None = None) ->
     if unknown:
         raise CheckLoadError(f"checks need unknown probe(s): {', '.join(unknown)}")
     options = options or {}
-    return tuple(p.configured(options.get(pid)) for pid, p in PROBES.items() if pid in wanted)
+    planned = tuple(p.configured(options.get(pid)) for pid, p in PROBES.items() if pid in wanted)
+    # A reading "after the active tests" means nothing in a run without them (--quick).
+    if not any(p.active for p in planned):
+        planned = tuple(p for p in planned if not p.after_active)
+    return planned
 
 
 @dataclass(frozen=True)

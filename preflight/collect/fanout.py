@@ -10,7 +10,8 @@ that hangs costs one timeout per node, not one per probe: once a probe of a tool
 the node's probes of that tool that have not started are recorded as not run, naming the hung
 tool (a GPU that fell off the bus makes every ``nvidia-smi`` call hang, which is exactly when
 this tool is run). ``node_timeout_s`` bounds a node's static probes as a whole; active probes
-(benchmarks with limits of their own) add their limits to it.
+(benchmarks with limits of their own) add their limits to it. Probes marked ``after_active`` (a
+second reading of the IB error counters) run last, once the active probes are done.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class ExecPlan:
         """Seconds a node may take in all: the static probes' budget plus every active probe's
         own limit (a benchmark is expected to run long)."""
         static = self.node_timeout_s if self.node_timeout_s is not None else NODE_TIMEOUT_FACTOR * self.timeout_s
-        return static + sum(self.limit_for(p) for p in self.probes if p.active)
+        return static + sum(self.limit_for(p) for p in self.probes if p.active or p.after_active)
 
 
 # A node whose static probes all ran one after the other at their full timeout would need
@@ -152,8 +153,9 @@ def _run_probes(node: Node, plan: ExecPlan, on_result: OnResult) -> None:
             on_result(failed_result(probe, node.name, why))
         return
     # Active probes load the node: they run alone, after the static ones, in catalogue order.
-    static = [p for p in plan.probes if not p.active]
+    static = [p for p in plan.probes if not p.active and not p.after_active]
     active = [p for p in plan.probes if p.active]
+    after = [p for p in plan.probes if p.after_active]  # second readings, once the active probes are done
     schedule = NodeSchedule(static, time.monotonic() + plan.node_budget())
 
     def worker() -> None:
@@ -180,5 +182,9 @@ def _run_probes(node: Node, plan: ExecPlan, on_result: OnResult) -> None:
         th.join()
     schedule.extend(active)
     worker()
+    schedule.extend(after)
+    worker()
+
+
 def failed_result(probe: Probe, host: str, reason: str) -> ProbeResult:
     return ProbeResult(probe.id, host, probe.argv, None, "", None, now_iso(), 0.0, False, reason)

@@ -22,6 +22,9 @@ class Probe:
     tool: str  # the program whose absence means "tool-missing"
     timeout_s: float | None = None  # None: the run's --timeout
     active: bool = False  # loads the node (a benchmark); `run --quick` leaves its checks out
+    # A second reading taken after the active probes (IB error counters: what grew under load);
+    # a run without active probes leaves it out.
+    after_active: bool = False
     options: type | None = None  # a parametrised probe's options (a dataclass with defaults)
     arguments: Callable[[Any], tuple[tuple[str, ...], float | None]] | None = None
 

@@ -11,8 +11,10 @@ ever pasted into them. A parametrised probe lives in a module of its own (``nccl
 
 from __future__ import annotations
 
-from preflight.collect import nccl, scripts
+from preflight.collect import dcgm, nccl, scripts
 from preflight.collect.probe import Probe
+
+IB_COUNTERS, IB_COUNTERS_AFTER = "ib-counters", "ib-counters-after"
 
 
 def _sh(script: str) -> tuple[str, ...]:
@@ -37,8 +39,17 @@ PROBES: dict[str, Probe] = {
         Probe("ethtool-i", _sh(scripts.read("ethtool_i.sh")), "mlx5 netdev driver and firmware versions", "ethtool"),
         Probe("kernel-log", _sh(scripts.read("kernel_log.sh")), "kernel ring buffer (XID, mlx5, PCIe)", "dmesg"),
         Probe("lspci", ("lspci", "-vvv"), "PCIe link capability and status", "lspci"),
+        Probe(IB_COUNTERS, _sh(scripts.read("ib_counters.sh")), "RDMA port error counters, before the active tests",
+              "sh"),
         Probe("uname", ("uname", "-a"), "kernel release (the inbox mlx5 driver's version)", "uname"),
+        dcgm.DISCOVERY,
+        # Active probes run after the static ones, one at a time, in this order: the diagnostic
+        # first, so a GPU it fails is named before all_reduce loads every GPU.
+        dcgm.PROBE,  # parametrised: the run's DcgmOptions (--dcgm-level) become its arguments
         nccl.PROBE,  # parametrised: the run's NcclOptions become its arguments
+        # The same reading once the active probes are done: the error counters' growth under load.
+        Probe(IB_COUNTERS_AFTER, _sh(scripts.read("ib_counters.sh")),
+              "RDMA port error counters, after the active tests", "sh", after_active=True),
     ]
 }
 

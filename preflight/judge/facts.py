@@ -17,11 +17,26 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from preflight.collect.dcgm import DISCOVERY_PROBE_ID as DCGM_DISCOVERY_PROBE
+from preflight.collect.dcgm import PROBE_ID as DCGM_PROBE
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE
+from preflight.collect.probes import IB_COUNTERS, IB_COUNTERS_AFTER
 from preflight.judge.missing import EvidenceMissing, why_missing
 from preflight.knowledge import nic_matrix
 from preflight.model import Evidence
-from preflight.parse import ParseError, ibverbs, kernel_log, lspci, mlnx, nvidia_smi, nvlink, topo, versions
+from preflight.parse import (
+    ParseError,
+    dcgm,
+    ib_counters,
+    ibverbs,
+    kernel_log,
+    lspci,
+    mlnx,
+    nvidia_smi,
+    nvlink,
+    topo,
+    versions,
+)
 from preflight.parse.nccl_probe import parse_probe_output
 from preflight.parse.smi_records import SmiReport
 
@@ -273,3 +288,42 @@ def _nics(ctx: HostContext):
     if len(failures) == len(sources):
         raise _strongest(failures)
     return ()
+
+
+# ---- DCGM ------------------------------------------------------------------------------
+
+@fact("dcgm_diag", probes=(DCGM_PROBE,))
+def _dcgm_diag(ctx: HostContext) -> dcgm.DcgmDiag:
+    """``DcgmDiag`` (tests, per-GPU results, messages with DCGM error codes, how the probe ran)
+    of ``dcgmi diag``: the probe's JSON, or a pasted text table saved as ``dcgmi-diag.txt``.
+    Output the probe's overall limit cut short is still read: it is the evidence of a hang."""
+    r = ctx.result(DCGM_PROBE)
+    if r is not None and r.stdout is not None and not r.tool_missing and (r.ok or r.timed_out):
+        return _read(DCGM_PROBE, r.text, dcgm.parse_dcgmi_diag)
+    raise why_missing(r, DCGM_PROBE)
+
+
+@fact("dcgm_discovery", probes=(DCGM_DISCOVERY_PROBE,))
+def _dcgm_discovery(ctx: HostContext) -> dcgm.DcgmDiscovery:
+    """``DcgmDiscovery`` of ``dcgmi discovery -l``: the GPUs DCGM's host engine sees, or the
+    error dcgmi printed when it could not reach the host engine (it exits non-zero then)."""
+    r = ctx.result(DCGM_DISCOVERY_PROBE)
+    if r is not None and r.stdout is not None and not r.tool_missing and not r.timed_out:
+        if r.ok or "Error:" in r.text:
+            return _read(DCGM_DISCOVERY_PROBE, r.text, dcgm.parse_dcgmi_discovery)
+    raise why_missing(r, DCGM_DISCOVERY_PROBE)
+
+
+# ---- RDMA port counters ------------------------------------------------------------------
+
+@fact("ib_counters", probes=(IB_COUNTERS,))
+def _ib_counters(ctx: HostContext) -> ib_counters.CounterSnapshot:
+    """``CounterSnapshot`` of the RDMA port counters (sysfs counters/ and hw_counters/, with port
+    state), read before the active tests (the only reading of a ``--quick`` run)."""
+    return _parsed(ctx, ib_counters.parse_ib_counters, IB_COUNTERS)[1]
+
+
+@fact("ib_counters_after", probes=(IB_COUNTERS_AFTER,))
+def _ib_counters_after(ctx: HostContext) -> ib_counters.CounterSnapshot:
+    """The same reading taken after the active tests: what grew while the fabric was loaded."""
+    return _parsed(ctx, ib_counters.parse_ib_counters, IB_COUNTERS_AFTER)[1]

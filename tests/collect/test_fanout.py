@@ -77,3 +77,24 @@ def test_a_timeout_ends_the_whole_process_group(tmp_path):
         time.sleep(0.05)
     else:
         raise AssertionError(f"the backgrounded sleep {child} outlived the timeout")
+
+
+def test_after_active_readings_run_once_the_active_probes_are_done(tmp_path):
+    """The IB counters' second reading must come after the benchmark, the first before it."""
+    log = tmp_path / "order"
+    step = lambda name: ("sh", "-c", f"echo {name} >> {log}")  # noqa: E731
+    probes = (Probe("after", step("after"), "", "sh", after_active=True),
+              Probe("bench", step("bench"), "", "sh", active=True),
+              Probe("static", step("static"), "", "sh"))
+    got: list[ProbeResult] = []
+    run_node(LocalNode("n"), ExecPlan(probes, timeout_s=10), got.append)
+    assert log.read_text().split() == ["static", "bench", "after"]
+
+
+def test_a_run_without_active_probes_drops_the_after_reading():
+    from preflight.app.run import probes_for
+    from preflight.judge.loader import load_checks
+    checks = [c for c in load_checks(use_entry_points=False) if c.id == "ib-counters"]
+    assert [p.id for p in probes_for(checks)] == ["ib-counters"]
+    both = [c for c in load_checks(use_entry_points=False) if c.id in ("ib-counters", "nccl-all-reduce")]
+    assert [p.id for p in probes_for(both)] == ["ib-counters", "nccl-all-reduce", "ib-counters-after"]

@@ -1,0 +1,1 @@
+grep -Hs . /sys/class/infiniband/*/ports/*/counters/* /sys/class/infiniband/*/ports/*/hw_counters/* /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/phys_state /sys/class/infiniband/*/ports/*/link_layer; true
