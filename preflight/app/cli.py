@@ -70,6 +70,26 @@ def _active_test_options(run: argparse.ArgumentParser) -> None:
     g.add_argument("--quick", action="store_true", help="static checks only: leave out active tests")
 
 
+def _slurm_options(run: argparse.ArgumentParser) -> None:
+    g = run.add_argument_group("Slurm", "run --slurm: one srun task per node runs the probes on that node "
+                                        "(nothing installed there but python3); no SSH")
+    g.add_argument("--slurm", action="store_true", help="run through Slurm (salloc + srun) instead of SSH")
+    g.add_argument("-w", "--nodelist", metavar="NODELIST",
+                   help="with --slurm: the nodes, in Slurm's syntax (gpu[001-016]); default: --hosts, -H, "
+                        "else the partition's nodes")
+    g.add_argument("--partition", "-p", metavar="P", help="with --slurm: the partition to allocate from")
+    g.add_argument("--account", "-A", metavar="A", help="with --slurm: the account to charge")
+    g.add_argument("--time", metavar="T", help="with --slurm: the job's time limit, in Slurm's format "
+                                                "(default: the node budget in minutes, plus 2)")
+    g.add_argument("--max-nodes-per-job", type=_positive(int), default=256, metavar="N",
+                   help="with --slurm: at most N nodes per allocation; more nodes, more jobs (default 256)")
+    g.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                   help="with --slurm: one more allocation option, passed to salloc as it is "
+                        "(e.g. --sbatch-arg=--qos=high; repeatable)")
+    g.add_argument("--alloc-timeout", type=_positive(int), default=300, metavar="SECONDS",
+                   help="with --slurm: how long to wait for busy nodes before they are reported (default 300)")
+
+
 def _common_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checks", metavar="IDS", help="comma-separated check ids to run (default: all)")
     p.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[],
@@ -109,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="name of the run directory (default: a timestamp)")
     _common_analysis_options(run)
     _active_test_options(run)
+    _slurm_options(run)
 
     an = sub.add_parser("analyze", help="judge a saved bundle (or run directory) offline")
     an.add_argument("bundle", type=Path, help="a bundle directory, or a run directory holding bundle/")
@@ -170,7 +191,8 @@ def run_request(args):
     ``INPUT_ERRORS`` here, before anything runs. The pytest plugin builds its runs with this
     too, so both read the same options the same way."""
 
-    hosts = targets.hosts_of(args)
+    slurm = targets.slurm_of(args)
+    hosts = targets.slurm_hosts_of(args, slurm) if slurm else targets.hosts_of(args)
     checks = _load_checks(args)
     if args.quick:
         checks = [c for c in checks if not all(p in PROBES and PROBES[p].active for p in c.probes)]
@@ -184,13 +206,15 @@ def run_request(args):
     multinode = None
     if getattr(args, "nccl_multinode", False):
 
+        if slurm:
+            raise UsageError("--nccl-multinode does not run under --slurm yet: run it over SSH (--hosts)")
         if args.quick or not hosts:
             raise UsageError("--nccl-multinode runs across --hosts and is an active test: not with "
                              + ("--quick" if args.quick else "--local"))
         if any(c.id == "nccl-multinode" for c in checks):
             multinode = MultinodeOptions.from_nccl(nccl, args.nccl_node_dir or NODE_DIR)
     return RunRequest(hosts, checks, profiles, kb, plan, args.out, run_id, args.profile,
-                      html=getattr(args, "html", True), multinode=multinode)
+                      html=getattr(args, "html", True), multinode=multinode, slurm=slurm)
 
 
 def cmd_run(args, console: Console) -> int:
