@@ -65,7 +65,8 @@ def slurm_hosts_of(args: argparse.Namespace, slurm: SlurmOptions) -> list[Host]:
         names = slurm_job.expand(args.nodelist)
     elif args.hosts or args.host_list:
         hosts = hosts_of(args)
-        odd = [str(h) for h in hosts if h.user or h.port]
+        odd = [f"{h.user + '@' if h.user else ''}{h.name}{f':{h.port}' if h.port else ''}"
+               for h in hosts if h.user or h.port]
         if odd:
             raise UsageError(f"--slurm: nodes are Slurm node names, without user@ or :port ({', '.join(odd)})")
         names = [h.name for h in hosts]
