@@ -160,6 +160,8 @@ class SlurmCluster:
             "MinJobAge=10",
             "KillWait=2",
             "InactiveLimit=0",
+            # A launch to a dead slurmd fails after this, not the default 10 s.
+            "MessageTimeout=5",
             *self.extra_conf,
         ]
         for node in self.nodes:
@@ -294,9 +296,18 @@ def _wait(done, timeout: float) -> bool:
 @contextlib.contextmanager
 def slurm_fleet(hosts: Sequence[SimHost], workdir: Path, extra_conf: Sequence[str] = ()) -> Iterator[SlurmCluster]:
     """A SimCluster of ``hosts`` with Slurm on it, for a module-scoped fixture (mark its tests
-    ``root``: the simulated cluster's own requirements are checked by that marker). Skips with
-    the reason where the Slurm packages are missing."""
+    ``root``: the simulated cluster's own requirements are checked by that marker), with
+    ``SLURM_CONF`` pointing at it meanwhile. Skips with the reason where the Slurm packages are
+    missing."""
     if reason := why_no_slurm():
         pytest.skip(reason)
     with SimCluster(list(hosts), workdir) as sim, SlurmCluster(sim, workdir, extra_conf) as slurm:
-        yield slurm
+        saved = os.environ.get("SLURM_CONF")
+        os.environ["SLURM_CONF"] = str(slurm.conf)  # how preflight's own salloc/srun find this cluster
+        try:
+            yield slurm
+        finally:
+            if saved is None:
+                os.environ.pop("SLURM_CONF", None)
+            else:
+                os.environ["SLURM_CONF"] = saved

@@ -26,6 +26,7 @@ from nodes import (
     pcie_gen4_x8,
     port_polling,
 )
+from simcluster import Reply, SimHost
 from slurmcluster import slurm_fleet
 
 from preflight.app.cli import main
@@ -49,19 +50,14 @@ def cluster(tmp_path_factory):
         pcie_gen4_x8(healthy_h200("gpu07"), gpu=1),
         healthy_h200("gpu08"),  # drained by someone else in one test
         healthy_h200("gpu09"),  # its slurmd killed in another
+        # python3 broken on this node: its shim answers only `python3 -V` (tests/simcluster.py),
+        # so the task's `python3 -c ...` prints nothing on stdout and exits 64
+        SimHost("gpu10", {"python3 -V": Reply("Python 3.11.2\n")}),
     ]
     started = time.monotonic()
     with slurm_fleet(hosts, tmp_path_factory.mktemp("slurm")) as slurm:
         slurm.up_s = time.monotonic() - started
-        saved = os.environ.get("SLURM_CONF")
-        os.environ["SLURM_CONF"] = str(slurm.conf)  # how preflight's salloc/srun find this cluster
-        try:
-            yield slurm
-        finally:
-            if saved is None:
-                os.environ.pop("SLURM_CONF", None)
-            else:
-                os.environ["SLURM_CONF"] = saved
+        yield slurm
 
 
 def run(tmp_path: Path, run_id: str, *args: str) -> tuple[int, dict, float]:
@@ -168,6 +164,17 @@ def test_slurmctld_unreachable_exits_2(cluster, tmp_path, capsys, monkeypatch):
     assert "slurm_load_node error: Unable to contact slurm controller (connect failure)" in " ".join(
         capsys.readouterr().err.split())
     assert not (tmp_path / "r").exists()
+
+
+def test_a_task_that_printed_nothing_gets_what_srun_said(cluster, tmp_path, monkeypatch):
+    # The node's /usr/local/bin (its shims) first, as a site's PATH might put a broken python3.
+    monkeypatch.setenv("PATH", "/usr/local/bin:" + os.environ["PATH"])
+    code, report, _ = run(tmp_path, "mute", "--quick", "--slurm", "-w", "gpu01,gpu10")
+    assert code == 1 and report["hosts"]["gpu01"]["status"] == "pass"
+    assert report["hosts"]["gpu10"] == {**report["hosts"]["gpu10"], "status": "error", "reachable": False}
+    [conn] = [f for f in report["findings"] if f["host"] == "gpu10" and f["check"] == "connectivity"]
+    assert conn["summary"] == "not checked: slurm: task Exited with exit code 64"
+    assert causes(report) == {"gpu10": {"slurm-node-unavailable"}}
 
 
 def test_a_node_whose_slurmd_died_gets_slurms_launch_error_and_the_others_still_pass(cluster, tmp_path):

@@ -9,6 +9,8 @@ import pytest
 from simcluster import Reply, SimHost
 from slurmcluster import slurm_fleet
 
+from preflight.collect.slurm import SlurmNode
+
 pytestmark = pytest.mark.root
 NAMES = ["gpu01", "gpu02", "gpu03"]
 
@@ -42,3 +44,30 @@ def test_a_drained_node_reads_drained_with_its_reason_until_resumed(cluster):
     finally:
         cluster.resume("gpu02")
     assert cluster.states() == dict.fromkeys(NAMES, "idle")
+
+
+def test_slurm_node_runs_one_command_per_step_with_stdin_and_a_timeout_on_the_node(cluster):
+    node = SlurmNode("gpu02")
+    r = node.run(["sh", "-c", 'printf "%s on $SLURMD_NODENAME" "$(cat)"; nvidia-smi -L >&2'], stdin=b"hi",
+                 timeout=30)
+    assert (r.ok, r.stdout, r.argv[0]) == (True, b"hi on gpu02", "sh")
+    assert "GPU 0: NVIDIA H200 (UUID: GPU-gpu02)" in r.stderr
+    started = time.monotonic()
+    hung = node.run(["sleep", "60"], timeout=1)
+    assert hung.timed_out and hung.error is None and time.monotonic() - started < 15
+    assert node.run(["sh", "-c", "exit 3"], timeout=30).exit_code == 3
+
+
+def test_slurm_node_inside_an_allocation_and_a_launch_that_fails(cluster):
+    granted = cluster.slurm("salloc", "--no-shell", "-N1", "-w", "gpu03", "-t", "5")
+    job = int(granted.stderr.split()[-1])
+    try:
+        inside = SlurmNode("gpu03", job)
+        assert inside.run(["sh", "-c", "echo $SLURM_JOB_ID"], timeout=30).stdout == f"{job}\n".encode()
+        cluster.stop_slurmd("gpu03")
+        dead = inside.run(["true"], timeout=30)
+        assert (dead.error, dead.exit_code, dead.stdout) == (
+            "slurm: Communication connection failure", None, None)
+    finally:
+        cluster.slurm("scancel", str(job))
+        cluster.start_slurmd("gpu03")
