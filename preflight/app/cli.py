@@ -1,4 +1,4 @@
-"""Command line: ``preflight run | analyze | checks | facts | explain | diff | soak``.
+"""Command line: ``preflight run | analyze | merge | checks | facts | explain | diff | soak``.
 
 Exit codes (contract): 0 nothing failed (warnings allowed), 1 a check failed or a host could
 not be checked, 2 bad input or usage. Bad input is refused before anything runs or is
@@ -12,6 +12,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ClusterShell.NodeSet import NodeSet
 from rich.console import Console
 
 from preflight import __version__
@@ -26,11 +27,13 @@ from preflight.collect.multinode import NODE_DIR, MultinodeOptions
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
 from preflight.collect.nccl import NcclOptions, parse_size
 from preflight.collect.probes import PROBES
+from preflight.collect.slurm_job import expand as expand_nodes
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import load_knowledge
 from preflight.diagnose.explain import UnknownCause, explain, list_causes
 from preflight.evidence.bundle import new_run_id, read_bundle
+from preflight.evidence.merge import plan_merge, read_sources, write_merged
 from preflight.judge.facts import FACTS, probes_of
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.datafile import positive
@@ -134,6 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
     an = sub.add_parser("analyze", help="judge a saved bundle (or run directory) offline")
     an.add_argument("bundle", type=Path, help="a bundle directory, or a run directory holding bundle/")
     _common_analysis_options(an)
+
+    mg = sub.add_parser("merge", help="one bundle and report from per-node runs (srun preflight run --local ...)")
+    mg.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                    help="a bundle, a run directory, or a directory of run directories")
+    mg.add_argument("--expect", metavar="NODELIST",
+                    help="the nodes that should have a result (gpu[001-064]); those without are reported")
+    mg.add_argument("--run-id", help="name of the merged run directory (default: merge-<timestamp>)")
+    _common_analysis_options(mg)
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need")
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
@@ -308,6 +319,35 @@ def _report_extras(args, run_dir: Path, analysis, baseline: dict | None, console
             console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
+def cmd_merge(args, console: Console) -> int:
+    """Merge per-node bundles into ``--out/<run-id>/bundle`` and judge it as ``analyze`` does."""
+    baseline = _report_inputs(args)
+    expect = expand_nodes(args.expect, "--expect") if args.expect else None
+    sources = read_sources(args.dirs)
+    plan = plan_merge(sources, expect)
+    if not plan.hosts:
+        raise UsageError("nothing to merge: the bundles record no host")
+    checks = _load_checks(args)
+    profiles = _load_profiles(args)
+    kb = load_knowledge()
+    run_id = targets.run_id_of(args, "merge-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
+    run_dir = args.out / run_id
+    created = min(b.created for b in sources)
+    write_merged(plan, run_dir / "bundle", created,
+                 {"run_id": run_id, "preflight_version": __version__, "local": False})
+    analysis = analyze(read_bundle(run_dir / "bundle"), checks, profiles, kb, args.profile)
+    analysis.meta.update({"run_id": run_id, "created": created, "preflight_version": __version__,
+                          "bundle": "bundle"})
+    write_reports(run_dir, analysis, getattr(args, "html", True))
+    if not args.quiet:
+        if plan.missing:
+            console.print(f"merge: no result for {len(plan.missing)} expected node(s): "
+                          f"{NodeSet.fromlist(plan.missing)}", highlight=False, markup=False)
+        terminal.show(analysis, console, str(run_dir))
+    _report_extras(args, run_dir, analysis, baseline, console)
+    return EXIT_FAILED if analysis.failed else EXIT_OK
+
+
 def cmd_explain(args, console: Console) -> int:
 
     kb = load_knowledge()
@@ -337,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
 
     handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts,
-                "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff}
+                "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge}
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:

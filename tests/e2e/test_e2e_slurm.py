@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -115,6 +116,26 @@ def test_the_faulty_fleet_gets_the_same_verdicts_through_slurm_as_over_ssh(clust
     assert slurm_diagnoses == ssh_diagnoses
     assert slurm_findings == ssh_findings
     print(f"\n7 nodes --quick: over SSH {ssh_s:.1f} s, through Slurm {slurm_s:.1f} s; cluster up in {cluster.up_s:.1f} s")
+
+
+def test_merge_judges_per_node_runs_a_site_started_with_srun_itself(cluster, tmp_path):
+    """The site's way: `srun preflight run --local --out /shared/...` (preflight installed where the
+    nodes see it; here the repository, on the filesystem they share), then `preflight merge`."""
+    shared = tmp_path / "shared"
+    root = Path(__file__).resolve().parents[2]
+    proc = cluster.slurm("srun", "-N3", "-w", "gpu[01-03]", f"--export=ALL,PYTHONPATH={root}", sys.executable, "-m",
+                         "preflight", "run", "--local", "--quick", "-q", "--no-html", "--out", str(shared),
+                         timeout=120, check=False)
+    assert proc.stderr.strip() == "srun: error: gpu03: task 2: Exited with exit code 1"  # its run failed a check
+    assert len(list(shared.iterdir())) == 3  # one run directory per node
+    out = tmp_path / "merged"
+    code = main(["merge", str(shared), "--expect", "gpu[01-04]", "--out", str(out), "--run-id", "m", "-q"])
+    assert code == 1
+    merged = json.loads((out / "m" / "report.json").read_text())
+    assert {h: (v["status"], v["reachable"]) for h, v in merged["hosts"].items()} == {
+        "gpu01": ("pass", True), "gpu02": ("pass", True), "gpu03": ("fail", True), "gpu04": ("error", False)}
+    # gpu03's old firmware is judged against its driver and against the fleet the merge rebuilt.
+    assert causes(merged) == {"gpu03": {"nic-fw-driver-mismatch"}, "gpu04": {"run-incomplete"}}
 
 
 def test_a_node_drained_by_someone_else_is_reported_not_probed_and_its_drain_kept(cluster, tmp_path):
