@@ -1,4 +1,4 @@
-"""Command line: ``preflight run | analyze | merge | checks | facts | explain | diff | soak``.
+"""Command line: ``preflight run | analyze | merge | healthcheck | checks | facts | explain | diff | soak``.
 
 Exit codes (contract): 0 nothing failed (warnings allowed), 1 a check failed or a host could
 not be checked, 2 bad input or usage. Bad input is refused before anything runs or is
@@ -16,7 +16,7 @@ from ClusterShell.NodeSet import NodeSet
 from rich.console import Console
 
 from preflight import __version__
-from preflight.app import options, soak_cli, targets
+from preflight.app import healthcheck, options, soak_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
@@ -145,6 +145,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the nodes that should have a result (gpu[001-064]); those without are reported")
     mg.add_argument("--run-id", help="name of the merged run directory (default: merge-<timestamp>)")
     _common_analysis_options(mg)
+
+    hc = sub.add_parser("healthcheck", help="for slurm.conf HealthCheckProgram: static checks of this node; "
+                                            "drains it on FAIL, resumes only preflight's own drains")
+    hc.add_argument("--budget", type=_positive(float), default=60.0, metavar="SECONDS",
+                    help="the whole check's time budget (default 60; probes get a third each, at most 30 s)")
+    hc.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: $SLURMD_NODENAME, else the "
+                                                   "short hostname)")
+    hc.add_argument("--no-drain", dest="drain", action="store_false",
+                    help="judge and report only; never call scontrol")
+    hc.add_argument("--checks", metavar="IDS", help="comma-separated check ids (default: every static check)")
+    hc.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
+    hc.add_argument("--profile-file", metavar="FILE", action="append", type=Path, default=[])
+    hc.add_argument("--out", type=Path, default=Path("/var/lib/preflight/healthcheck"), metavar="DIR",
+                    help=f"where the node keeps its last {healthcheck.KEEP} reports "
+                         "(default /var/lib/preflight/healthcheck)")
+    hc.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need")
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
@@ -348,6 +364,19 @@ def cmd_merge(args, console: Console) -> int:
     return EXIT_FAILED if analysis.failed else EXIT_OK
 
 
+def cmd_healthcheck(args, console: Console) -> int:
+    args.profile = None
+    checks = [c for c in _load_checks(args) if not all(p in PROBES and PROBES[p].active for p in c.probes)]
+    probes = probes_for(checks)
+    code, analysis, action, run_dir = healthcheck.run_healthcheck(
+        probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, args.drain)
+    if not args.quiet:
+        terminal.show(analysis, console, str(run_dir))
+        console.print(f"healthcheck: {action.kind}" + (f" ({action.reason})" if action.reason else "")
+                      + f": {action.why}", highlight=False, markup=False)
+    return code
+
+
 def cmd_explain(args, console: Console) -> int:
 
     kb = load_knowledge()
@@ -377,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
 
     handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts,
-                "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge}
+                "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge,
+                "healthcheck": cmd_healthcheck}
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:

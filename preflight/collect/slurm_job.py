@@ -130,3 +130,10 @@ def allocate(nodes: Sequence[str], opts: SlurmOptions, name: str, budget_s: floa
 
 def release(job: int) -> None:
     slurm(["scancel", str(job)])
+
+
+def set_state(node: str, state: str, reason: str | None = None) -> str | None:
+    """``scontrol update NodeName=N State=S [Reason=R]``; returns Slurm's complaint, else None."""
+    argv = ["scontrol", "update", f"NodeName={node}", f"State={state}"] + ([f"Reason={reason}"] if reason else [])
+    r = slurm(argv)
+    return None if r.exit_code == 0 else _said(r)
