@@ -107,8 +107,11 @@ def test_healthy_nodes_pass_under_slurm_all_reduce_included(cluster, tmp_path):
 def test_the_faulty_fleet_gets_the_same_verdicts_through_slurm_as_over_ssh(cluster, tmp_path):
     hosts = ["gpu01", "gpu02", *FAULTY]
     code_ssh, over_ssh, ssh_s = run(tmp_path, "ssh", "--quick", *ssh(cluster, *hosts))
-    code_slurm, via_slurm, slurm_s = run(tmp_path, "slurm", "--quick", "--slurm", "-w", "gpu[01-07]")
+    # Seven nodes in jobs of at most four: two allocations, judged as one fleet.
+    code_slurm, via_slurm, slurm_s = run(tmp_path, "slurm", "--quick", "--slurm", "-w", "gpu[01-07]",
+                                         "--max-nodes-per-job", "4")
     assert code_ssh == code_slurm == 1
+    assert len(json.loads((tmp_path / "reports/slurm/bundle/bundle.json").read_text())["slurm_jobs"]) == 2
     assert causes(via_slurm) == EXPECTED_CAUSES
     assert via_slurm["hosts"] == over_ssh["hosts"]
     slurm_findings, slurm_diagnoses = comparable(via_slurm)
