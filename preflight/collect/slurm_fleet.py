@@ -113,13 +113,15 @@ def prepare(nodes: Sequence[str], plan: ExecPlan, opts: SlurmOptions, run_id: st
 def run_slurm(run: SlurmRun, plan: ExecPlan, on_result: OnResult) -> None:
     """Probe every node of the run; every node gets its results or Slurm's reason; releases the
     allocations at the end (also on Ctrl-C)."""
+    pool = ThreadPoolExecutor(max_workers=max(1, min(64, len(run.allocations))), thread_name_prefix="preflight-job")
     try:
         for node, why in run.unusable.items():
             _fail_rest(plan, node, set(), why, on_result)
-        with ThreadPoolExecutor(max_workers=max(1, min(64, len(run.allocations)))) as pool:
-            for f in [pool.submit(_run_allocation, a, plan, on_result) for a in run.allocations]:
-                f.result()
+        for f in [pool.submit(_run_allocation, a, plan, on_result) for a in run.allocations]:
+            f.result()
     finally:
+        # On Ctrl-C, not waiting for the steps: cancelling the jobs is what ends them.
+        pool.shutdown(wait=False, cancel_futures=True)
         run.release()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,9 @@ def cluster(tmp_path_factory):
         # python3 broken on this node: its shim answers only `python3 -V` (tests/simcluster.py),
         # so the task's `python3 -c ...` prints nothing on stdout and exits 64
         SimHost("gpu10", {"python3 -V": Reply("Python 3.11.2\n")}),
+        # its ibstat takes 60 s: the controller is killed while it runs
+        SimHost("gpu11", {**healthy_h200("gpu11").commands, "ibstat": Reply("", sleep_s=60)},
+                sysfs=healthy_h200("gpu11").sysfs),
     ]
     started = time.monotonic()
     with slurm_fleet(hosts, tmp_path_factory.mktemp("slurm")) as slurm:
@@ -199,6 +203,40 @@ def test_a_task_that_printed_nothing_gets_what_srun_said(cluster, tmp_path, monk
     [conn] = [f for f in report["findings"] if f["host"] == "gpu10" and f["check"] == "connectivity"]
     assert conn["summary"] == "not checked: slurm: task Exited with exit code 64"
     assert causes(report) == {"gpu10": {"slurm-node-unavailable"}}
+
+
+def test_a_controller_killed_mid_run_leaves_a_bundle_analyze_judges(cluster, tmp_path):
+    out = tmp_path / "reports"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, "-m", "preflight", "run", "--slurm", "-w", "gpu01,gpu11", "--quick",
+                             "--timeout", "90", "--out", str(out), "--run-id", "killed", "-q"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gpu01, gpu11 = out / "killed/bundle/hosts/gpu01", out / "killed/bundle/hosts/gpu11"
+    planned = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (out / "killed/bundle/bundle.json").exists():
+            planned = json.loads((out / "killed/bundle/bundle.json").read_text())["probes"]
+            # gpu01 done; gpu11 done but for its hung ibstat
+            if len(list(gpu01.glob("*.json"))) == len(planned) and len(list(gpu11.glob("*.json"))) == len(planned) - 1:
+                break
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    try:
+        assert planned and not (out / "killed/report.json").exists()
+        # What was measured is judged; the probe that never came back is a warning, as over SSH
+        # (the ports are still judged from ibv-devinfo).
+        assert main(["analyze", str(out / "killed"), "--out", str(tmp_path / "a"), "-q", "--no-html"]) == 0
+        [report] = [json.loads(p.read_text()) for p in (tmp_path / "a").glob("*/report.json")]
+        assert {h: v["status"] for h, v in report["hosts"].items()} == {"gpu01": "pass", "gpu11": "warn"}
+        [probes] = [f for f in report["findings"] if f["host"] == "gpu11" and f["check"] == "probes"]
+        assert probes["status"] == "warn"
+        assert probes["summary"] == "1 planned probe(s) never recorded (the run stopped early?): ibstat"
+    finally:
+        # SIGKILL left the allocation to its time limit: what an operator runs then.
+        cluster.slurm("scancel", "--name", "preflight-killed")
+        cluster.wait_idle()
 
 
 def test_a_node_whose_slurmd_died_gets_slurms_launch_error_and_the_others_still_pass(cluster, tmp_path):
