@@ -27,7 +27,7 @@ from pathlib import Path
 from preflight import __version__
 from preflight.collect.fanout import ExecPlan, run_node
 from preflight.collect.local import LocalNode, local_host_name
-from preflight.collect.slurm_job import node_states, set_state
+from preflight.collect.slurm_job import SlurmUsageError, node_states, set_state
 from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.diagnose.analysis import analyze
 from preflight.evidence.bundle import BundleWriter, new_run_id, read_bundle
@@ -99,8 +99,12 @@ def run_healthcheck(probes, checks, profiles, kb, out: Path, budget_s: float, no
     status = analysis.hosts[name].status
     action = Action("none", why="--no-drain")
     if drain:
-        states = node_states([name])
-        action = decide(status, worst_cause(analysis, name), run_id, states.get(name))
+        try:
+            states = node_states([name])
+        except SlurmUsageError as exc:  # the verdict stands and is kept; only Slurm's state is not changed
+            states, action = None, Action("none", why=f"Slurm not asked: {exc}")
+        if states is not None:
+            action = decide(status, worst_cause(analysis, name), run_id, states.get(name))
         if action.kind in ("drain", "resume"):
             complaint = set_state(name, "DRAIN" if action.kind == "drain" else "RESUME", action.reason)
             if complaint:

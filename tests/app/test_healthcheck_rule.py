@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from preflight.app.cli import main
 from preflight.app.healthcheck import decide, plan_for
 from preflight.collect.probes import PROBES
 from preflight.parse.slurm import parse_show_node
@@ -39,3 +40,14 @@ def test_the_budget_bounds_every_probe_and_the_node():
     assert all(not p.active for p in plan.probes) and "nccl-all-reduce" not in {p.id for p in plan.probes}
     assert max(plan.limit_for(p) for p in plan.probes) == 20  # mlxfwmanager's own 120 s does not fit
     assert plan.node_budget() == 45
+
+
+def test_without_slurm_the_verdict_is_kept_and_nothing_is_changed(tmp_path, monkeypatch, capsys):
+    """On this machine (no GPU, no Slurm commands on PATH): the node fails or errs, its report is
+    written, and the healthcheck says why it changed nothing instead of failing itself."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["healthcheck", "--budget", "10", "--node", "n1", "--out", str(tmp_path / "hc")]) == 1
+    [run] = (tmp_path / "hc").iterdir()
+    assert (run / "report.json").is_file() and run.name.startswith("healthcheck-")
+    said = " ".join(capsys.readouterr().out.split())
+    assert "healthcheck: none: Slurm not asked: scontrol: scontrol not found" in said
