@@ -138,6 +138,9 @@ def _run_allocation(alloc: Allocation, plan: ExecPlan, on_result: OnResult) -> N
         for node in pending:
             got = step.delivered.get(node, set())
             if node in step.finished:
+                if len(got) < len(plan.probes):  # the task sent them, but they did not arrive whole
+                    _fail_rest(plan, node, got, f"the result was damaged in transit ({step.damaged} damaged "
+                                                "line(s) on srun's stdout)", on_result)
                 continue
             if node in step.report.launch_failed:
                 _fail_rest(plan, node, got, step.reason(node), on_result)
@@ -162,6 +165,7 @@ class Step:
     hello: set[str] = field(default_factory=set)
     finished: set[str] = field(default_factory=set)  # nodes whose `end` record came
     noise: list[str] = field(default_factory=list)
+    damaged: int = 0  # framed lines dropped for a bad checksum
 
     def reason(self, node: str) -> str:
         said = self.report.reason_for(node)
@@ -233,7 +237,7 @@ def run_step(job: int, nodes: Sequence[str], payload: bytes, plan: ExecPlan, on_
             t.join(10)
     step.report = parse_step_stderr(b"".join(stderr).decode("utf-8", "replace"))
     step.exit_code, step.stopped_by_us = proc.returncode, stopped.is_set()
-    step.seconds, step.noise = time.monotonic() - started, reader.noise
+    step.seconds, step.noise, step.damaged = time.monotonic() - started, reader.noise, reader.damaged
     return step
 
 
