@@ -89,6 +89,8 @@ def _slurm_options(run: argparse.ArgumentParser) -> None:
     g.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                    help="with --slurm: one more allocation option, passed to salloc as it is "
                         "(e.g. --sbatch-arg=--qos=high; repeatable)")
+    g.add_argument("--node-python", default="python3", metavar="PATH",
+                   help="with --slurm: the python3 that runs preflight's task on each node (default python3)")
     g.add_argument("--alloc-timeout", type=_positive(int), default=300, metavar="SECONDS",
                    help="with --slurm: how long to wait for busy nodes before they are reported (default 300)")
 

@@ -55,7 +55,7 @@ def slurm_of(args: argparse.Namespace) -> SlurmOptions | None:
     if args.nodelist and (args.hosts or args.host_list):
         raise UsageError("-w and --hosts/-H both name the nodes: choose one")
     return SlurmOptions(args.partition, args.account, args.time, args.max_nodes_per_job, tuple(args.sbatch_arg),
-                        args.alloc_timeout)
+                        args.alloc_timeout, args.node_python)
 
 
 def slurm_hosts_of(args: argparse.Namespace, slurm: SlurmOptions) -> list[Host]:

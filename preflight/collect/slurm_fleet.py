@@ -117,7 +117,7 @@ def run_slurm(run: SlurmRun, plan: ExecPlan, on_result: OnResult) -> None:
     try:
         for node, why in run.unusable.items():
             _fail_rest(plan, node, set(), why, on_result)
-        for f in [pool.submit(_run_allocation, a, plan, on_result) for a in run.allocations]:
+        for f in [pool.submit(_run_allocation, a, plan, on_result, run.options.node_python) for a in run.allocations]:
             f.result()
     finally:
         # On Ctrl-C, not waiting for the steps: cancelling the jobs is what ends them.
@@ -125,7 +125,7 @@ def run_slurm(run: SlurmRun, plan: ExecPlan, on_result: OnResult) -> None:
         run.release()
 
 
-def _run_allocation(alloc: Allocation, plan: ExecPlan, on_result: OnResult) -> None:
+def _run_allocation(alloc: Allocation, plan: ExecPlan, on_result: OnResult, python: str) -> None:
     if alloc.job is None:
         for node in alloc.nodes:
             _fail_rest(plan, node, set(), alloc.why_not or "allocation not granted", on_result)
@@ -133,7 +133,7 @@ def _run_allocation(alloc: Allocation, plan: ExecPlan, on_result: OnResult) -> N
     payload = node_payload(plan)
     pending = list(alloc.nodes)
     for attempt in range(MAX_RETRIES + 1):
-        step = run_step(alloc.job, pending, payload, plan, on_result)
+        step = run_step(alloc.job, pending, payload, plan, on_result, python)
         retry = []
         for node in pending:
             got = step.delivered.get(node, set())
@@ -179,19 +179,20 @@ class Step:
         return said
 
 
-def step_argv(job: int, nodes: Sequence[str]) -> list[str]:
+def step_argv(job: int, nodes: Sequence[str], python: str = "python3") -> list[str]:
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
             f"--nodelist={NodeSet.fromlist(nodes)}", "--kill-on-bad-exit=0", "--input=all",
-            "python3", "-c", BOOT]
+            python, "-c", BOOT]
 
 
-def run_step(job: int, nodes: Sequence[str], payload: bytes, plan: ExecPlan, on_result: OnResult) -> Step:
+def run_step(job: int, nodes: Sequence[str], payload: bytes, plan: ExecPlan, on_result: OnResult,
+             python: str = "python3") -> Step:
     """One srun step over ``nodes``; records go to ``on_result`` as they arrive."""
     by_id = {p.id: p for p in plan.probes}
     wanted = set(nodes)
     limit = plan.node_budget() + STEP_GRACE_S
     started = time.monotonic()
-    proc = subprocess.Popen(step_argv(job, nodes), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(step_argv(job, nodes, python), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     stderr: list[bytes] = []
     feeders = [threading.Thread(target=_feed, args=(proc.stdin, payload), daemon=True),

@@ -37,6 +37,7 @@ class SlurmOptions:
     max_nodes_per_job: int = 256  # one job over ~300 nodes is a known failure mode of srun fan-outs
     extra: tuple[str, ...] = ()  # --sbatch-arg: passed to salloc as they are
     alloc_timeout_s: int = 300  # salloc --immediate: how long to wait for busy nodes
+    node_python: str = "python3"  # what runs the node-side runner on each node
 
 
 def slurm(argv: Sequence[str], timeout: float = QUERY_TIMEOUT_S, stdin: bytes = b"") -> CommandResult:

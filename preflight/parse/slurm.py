@@ -80,6 +80,8 @@ class StepReport:
 
     launch_failed: dict[str, str] = field(default_factory=dict)  # node -> Slurm's reason
     task_ended: dict[str, str] = field(default_factory=dict)  # node -> "Killed", "Exited with exit code 3"
+    # node -> what slurmstepd on that node said ("execve(): python3: No such file or directory")
+    stepd: dict[str, str] = field(default_factory=dict)
     # "DUE TO TIME LIMIT", ...: slurmstepd prints it on one node, but a step or job is
     # cancelled as a whole, so it speaks for every node of the step
     cancelled: str | None = None
@@ -91,6 +93,7 @@ class StepReport:
             return f"task launch failed: {self.launch_failed[node]}"
         said = [f"step cancelled {self.cancelled}"] if self.cancelled else []
         said += [f"task {self.task_ended[node]}"] if node in self.task_ended else []
+        said += [self.stepd[node]] if node in self.stepd else []
         return "; ".join(said) or None
 
 
@@ -98,12 +101,14 @@ _LAUNCH = re.compile(r"Task launch for StepId=\S+ failed on node (\S+): (.+)$")
 _TASK = re.compile(r"^srun: error: (\S+): tasks? [\d,\-]+: (.+)$")
 _CANCELLED = re.compile(r"\*\*\* STEP \S+ ON (\S+) CANCELLED AT \S+ (.*?)\s*\*\*\*")
 _JOB_CANCELLED = re.compile(r"\*\*\* JOB \S+ ON (\S+) CANCELLED AT \S+ (.*?)\s*\*\*\*")
+_STEPD = re.compile(r"^slurmstepd-(\S+): error: (.+)$")  # slurmstepd names its node
 
 
 def parse_step_stderr(text: str) -> StepReport:
     launch: dict[str, str] = {}
     ended: dict[str, str] = {}
     cancelled = None
+    stepd: dict[str, str] = {}
     errors = []
     for line in text.splitlines():
         line = line.strip()
@@ -113,9 +118,11 @@ def parse_step_stderr(text: str) -> StepReport:
             ended[m[1]] = m[2]
         elif m := (_CANCELLED.search(line) or _JOB_CANCELLED.search(line)):
             cancelled = cancelled or m[2] or "(no reason given)"
+        elif m := _STEPD.match(line):
+            stepd.setdefault(m[1], m[2])
         if "error:" in line:
             errors.append(line)
-    return StepReport(launch, ended, cancelled, tuple(errors))
+    return StepReport(launch, ended, stepd, cancelled, tuple(errors))
 
 
 _GRANTED = re.compile(r"Granted job allocation (\d+)")

@@ -205,6 +205,16 @@ def test_a_task_that_printed_nothing_gets_what_srun_said(cluster, tmp_path, monk
     assert causes(report) == {"gpu10": {"slurm-node-unavailable"}}
 
 
+def test_python3_missing_on_the_nodes_is_named_by_their_slurmstepd(cluster, tmp_path):
+    code, report, _ = run(tmp_path, "nopython", "--quick", "--slurm", "-w", "gpu[01-02]",
+                          "--node-python", "no-such-python3")
+    assert code == 1
+    for node in ("gpu01", "gpu02"):
+        [conn] = [f for f in report["findings"] if f["host"] == node and f["check"] == "connectivity"]
+        assert conn["summary"] == ("not checked: slurm: task Exited with exit code 2; "
+                                   "execve(): no-such-python3: No such file or directory")
+
+
 def test_a_controller_killed_mid_run_leaves_a_bundle_analyze_judges(cluster, tmp_path):
     out = tmp_path / "reports"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

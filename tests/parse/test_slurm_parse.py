@@ -76,6 +76,14 @@ def test_task_exits_and_kills():
     assert parse_step_stderr(read("srun-task-killed.stderr")).task_ended == {"n1": "Killed", "n2": "Killed"}
 
 
+def test_a_program_missing_on_the_node_is_named_by_that_nodes_slurmstepd():
+    report = parse_step_stderr(read("srun-command-not-found.stderr"))
+    assert report.reason_for("gpu02") == ("task Exited with exit code 2; "
+                                          "execve(): no-such-python3: No such file or directory")
+    # The time limit's own slurmstepd line is the cancellation, not a node's error.
+    assert parse_step_stderr(read("srun-time-limit.stderr")).stepd == {}
+
+
 def test_an_allocation_is_granted_with_a_job_id():
     assert granted_job(read("salloc-granted.stderr")) == 1
     assert granted_job(read("salloc-invalid-partition.stderr")) is None
