@@ -19,6 +19,10 @@ BUNDLE_JSON = "bundle.json"
 # Evidence of runs that span hosts (multi-node all_reduce) lives under this pseudo-host; no
 # inventory name can end in "-".
 FLEET_HOST = "fleet-"
+# A probe's `error` that Slurm reported (a node drained or down before the run, a task launch
+# that failed, a task killed) starts with this; a host where every probe carries one is
+# judged `slurm-node-unavailable` rather than `host-unreachable`.
+SLURM_ERROR = "slurm: "
 
 # ---- a soak directory ------------------------------------------------------------------------
 SOAK_JSON = "soak.json"

@@ -118,6 +118,12 @@ class SimCluster:
             raise SimClusterError("the cluster is not started: enter it first")
         return f"{_NET}.{self._lease.subnet}.{self._number[name]}"
 
+    def workdir_of(self, name: str) -> Path:
+        """The host's own directory: its shims (bin/), sshd config, keys and `sshd.pid`."""
+        if self._resources is None:
+            raise SimClusterError("the cluster is not started: enter it first")
+        return Path(self._resources.simdir) / "hosts" / name
+
     def __enter__(self) -> SimCluster:
         if self._lease is not None:
             raise SimClusterError("a SimCluster can be entered only once")

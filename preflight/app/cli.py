@@ -1,4 +1,4 @@
-"""Command line: ``preflight run | analyze | checks | facts | explain | diff | soak``.
+"""Command line: ``preflight run | analyze | merge | healthcheck | checks | facts | explain | diff | soak``.
 
 Exit codes (contract): 0 nothing failed (warnings allowed), 1 a check failed or a host could
 not be checked, 2 bad input or usage. Bad input is refused before anything runs or is
@@ -12,10 +12,11 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ClusterShell.NodeSet import NodeSet
 from rich.console import Console
 
 from preflight import __version__
-from preflight.app import dcgm_options, options, soak_cli, targets
+from preflight.app import dcgm_options, healthcheck, options, soak_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
@@ -27,11 +28,13 @@ from preflight.collect.multinode import NODE_DIR, MultinodeOptions
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
 from preflight.collect.nccl import NcclOptions, parse_size
 from preflight.collect.probes import PROBES
+from preflight.collect.slurm_job import expand as expand_nodes
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import load_knowledge
 from preflight.diagnose.explain import UnknownCause, explain, list_causes
 from preflight.evidence.bundle import new_run_id, read_bundle
+from preflight.evidence.merge import plan_merge, read_sources, write_merged
 from preflight.judge.facts import FACTS, probes_of
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.datafile import positive
@@ -70,6 +73,28 @@ def _active_test_options(run: argparse.ArgumentParser) -> None:
                         "(default ~/.cache/preflight/multinode)")
     dcgm_options.add(g)
     g.add_argument("--quick", action="store_true", help="static checks only: leave out active tests")
+
+
+def _slurm_options(run: argparse.ArgumentParser) -> None:
+    g = run.add_argument_group("Slurm", "run --slurm: one srun task per node runs the probes on that node "
+                                        "(nothing installed there but python3); no SSH")
+    g.add_argument("--slurm", action="store_true", help="run through Slurm (salloc + srun) instead of SSH")
+    g.add_argument("-w", "--nodelist", metavar="NODELIST",
+                   help="with --slurm: the nodes, in Slurm's syntax (gpu[001-016]); default: --hosts, -H, "
+                        "else the partition's nodes")
+    g.add_argument("--partition", "-p", metavar="P", help="with --slurm: the partition to allocate from")
+    g.add_argument("--account", "-A", metavar="A", help="with --slurm: the account to charge")
+    g.add_argument("--time", metavar="T", help="with --slurm: the job's time limit, in Slurm's format "
+                                                "(default: the node budget in minutes, plus 2)")
+    g.add_argument("--max-nodes-per-job", type=_positive(int), default=256, metavar="N",
+                   help="with --slurm: at most N nodes per allocation; more nodes, more jobs (default 256)")
+    g.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                   help="with --slurm: one more allocation option, passed to salloc as it is "
+                        "(e.g. --sbatch-arg=--qos=high; repeatable)")
+    g.add_argument("--node-python", default="python3", metavar="PATH",
+                   help="with --slurm: the python3 that runs preflight's task on each node (default python3)")
+    g.add_argument("--alloc-timeout", type=_positive(int), default=300, metavar="SECONDS",
+                   help="with --slurm: how long to wait for busy nodes before they are reported (default 300)")
 
 
 def _common_analysis_options(p: argparse.ArgumentParser) -> None:
@@ -114,10 +139,35 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="name of the run directory (default: a timestamp)")
     _common_analysis_options(run)
     _active_test_options(run)
+    _slurm_options(run)
 
     an = sub.add_parser("analyze", help="judge a saved bundle (or run directory) offline")
     an.add_argument("bundle", type=Path, help="a bundle directory, or a run directory holding bundle/")
     _common_analysis_options(an)
+
+    mg = sub.add_parser("merge", help="one bundle and report from per-node runs (srun preflight run --local ...)")
+    mg.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                    help="a bundle, a run directory, or a directory of run directories")
+    mg.add_argument("--expect", metavar="NODELIST",
+                    help="the nodes that should have a result (gpu[001-064]); those without are reported")
+    mg.add_argument("--run-id", help="name of the merged run directory (default: merge-<timestamp>)")
+    _common_analysis_options(mg)
+
+    hc = sub.add_parser("healthcheck", help="for slurm.conf HealthCheckProgram: static checks of this node; "
+                                            "drains it on FAIL, resumes only preflight's own drains")
+    hc.add_argument("--budget", type=_positive(float), default=60.0, metavar="SECONDS",
+                    help="the whole check's time budget (default 60; probes get a third each, at most 30 s)")
+    hc.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: $SLURMD_NODENAME, else the "
+                                                   "short hostname)")
+    hc.add_argument("--no-drain", dest="drain", action="store_false",
+                    help="judge and report only; never call scontrol")
+    hc.add_argument("--checks", metavar="IDS", help="comma-separated check ids (default: every static check)")
+    hc.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
+    hc.add_argument("--profile-file", metavar="FILE", action="append", type=Path, default=[])
+    hc.add_argument("--out", type=Path, default=Path("/var/lib/preflight/healthcheck"), metavar="DIR",
+                    help=f"where the node keeps its last {healthcheck.KEEP} reports "
+                         "(default /var/lib/preflight/healthcheck)")
+    hc.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need")
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
@@ -175,7 +225,8 @@ def run_request(args):
     ``INPUT_ERRORS`` here, before anything runs. The pytest plugin builds its runs with this
     too, so both read the same options the same way."""
 
-    hosts = targets.hosts_of(args)
+    slurm = targets.slurm_of(args)
+    hosts = targets.slurm_hosts_of(args, slurm) if slurm else targets.hosts_of(args)
     checks = _load_checks(args)
     if args.quick:
         checks = [c for c in checks if not all(p in PROBES and PROBES[p].active for p in c.probes)]
@@ -191,13 +242,15 @@ def run_request(args):
     multinode = None
     if getattr(args, "nccl_multinode", False):
 
+        if slurm:
+            raise UsageError("--nccl-multinode does not run under --slurm yet: run it over SSH (--hosts)")
         if args.quick or not hosts:
             raise UsageError("--nccl-multinode runs across --hosts and is an active test: not with "
                              + ("--quick" if args.quick else "--local"))
         if any(c.id == "nccl-multinode" for c in checks):
             multinode = MultinodeOptions.from_nccl(nccl, args.nccl_node_dir or NODE_DIR)
     return RunRequest(hosts, checks, profiles, kb, plan, args.out, run_id, args.profile,
-                      html=getattr(args, "html", True), multinode=multinode)
+                      html=getattr(args, "html", True), multinode=multinode, slurm=slurm)
 
 
 def cmd_run(args, console: Console) -> int:
@@ -291,6 +344,48 @@ def _report_extras(args, run_dir: Path, analysis, baseline: dict | None, console
             console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
+def cmd_merge(args, console: Console) -> int:
+    """Merge per-node bundles into ``--out/<run-id>/bundle`` and judge it as ``analyze`` does."""
+    baseline = _report_inputs(args)
+    expect = expand_nodes(args.expect, "--expect") if args.expect else None
+    sources = read_sources(args.dirs)
+    plan = plan_merge(sources, expect)
+    if not plan.hosts:
+        raise UsageError("nothing to merge: the bundles record no host")
+    checks = _load_checks(args)
+    profiles = _load_profiles(args)
+    kb = load_knowledge()
+    run_id = targets.run_id_of(args, "merge-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
+    run_dir = args.out / run_id
+    created = min(b.created for b in sources)
+    write_merged(plan, run_dir / "bundle", created,
+                 {"run_id": run_id, "preflight_version": __version__, "local": False})
+    analysis = analyze(read_bundle(run_dir / "bundle"), checks, profiles, kb, args.profile)
+    analysis.meta.update({"run_id": run_id, "created": created, "preflight_version": __version__,
+                          "bundle": "bundle"})
+    write_reports(run_dir, analysis, getattr(args, "html", True))
+    if not args.quiet:
+        if plan.missing:
+            console.print(f"merge: no result for {len(plan.missing)} expected node(s): "
+                          f"{NodeSet.fromlist(plan.missing)}", highlight=False, markup=False)
+        terminal.show(analysis, console, str(run_dir))
+    _report_extras(args, run_dir, analysis, baseline, console)
+    return EXIT_FAILED if analysis.failed else EXIT_OK
+
+
+def cmd_healthcheck(args, console: Console) -> int:
+    args.profile = None
+    checks = [c for c in _load_checks(args) if not all(p in PROBES and PROBES[p].active for p in c.probes)]
+    probes = probes_for(checks)
+    code, analysis, action, run_dir = healthcheck.run_healthcheck(
+        probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, args.drain)
+    if not args.quiet:
+        terminal.show(analysis, console, str(run_dir))
+        console.print(f"healthcheck: {action.kind}" + (f" ({action.reason})" if action.reason else "")
+                      + f": {action.why}", highlight=False, markup=False)
+    return code
+
+
 def cmd_explain(args, console: Console) -> int:
 
     kb = load_knowledge()
@@ -320,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
 
     handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts,
-                "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff}
+                "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge,
+                "healthcheck": cmd_healthcheck}
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:

@@ -4,6 +4,7 @@ written", and the command line turns each into its message and exit code 2."""
 from __future__ import annotations
 
 from preflight.collect.inventory import InventoryInvalid
+from preflight.collect.slurm_job import SlurmUsageError
 from preflight.diagnose.engine import PlaybookError
 from preflight.evidence.bundle import BundleError
 from preflight.judge.loader import CheckLoadError
@@ -17,4 +18,5 @@ class UsageError(Exception):
 
 INPUT_ERRORS: tuple[type[Exception], ...] = (
     InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError, SoakUsageError,
+    SlurmUsageError,
 )

@@ -19,6 +19,8 @@ from preflight.collect.local import LocalNode, local_host_name
 from preflight.collect.multinode import MultinodeOptions, run_multinode
 from preflight.collect.probes import PROBES, Probe
 from preflight.collect.shards import auto_workers, run_sharded
+from preflight.collect.slurm_fleet import prepare, run_slurm
+from preflight.collect.slurm_job import SlurmOptions
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import KnowledgeBase
 from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability
@@ -55,6 +57,7 @@ class RunRequest:
     forced_profile: str | None = None
     html: bool = True  # write report.html beside the other reports
     multinode: MultinodeOptions | None = None  # --nccl-multinode: the stage after the per-host probes
+    slurm: SlurmOptions | None = None  # --slurm: the hosts are Slurm nodes, probed by srun tasks
 
 
 def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = None) -> tuple[Path, Analysis]:
@@ -65,16 +68,28 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
     local = not req.hosts
     names = [local_host_name()] if local else [h.name for h in req.hosts]
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    writer = BundleWriter(bundle_dir, names, created,
-                          {"run_id": req.run_id, "preflight_version": __version__,
-                           "probes": [p.id for p in req.plan.probes], "local": local})
+    meta = {"run_id": req.run_id, "preflight_version": __version__, "probes": [p.id for p in req.plan.probes],
+            "local": local}
+    slurm = None
+    if req.slurm:
+        # Node states and allocations first: a request Slurm refuses leaves nothing written.
+        slurm = prepare(names, req.plan, req.slurm, req.run_id)
+        meta.update(launcher="slurm", slurm_jobs=[a.job for a in slurm.allocations if a.job is not None])
+    try:
+        writer = BundleWriter(bundle_dir, names, created, meta)
+    except BaseException:
+        if slurm:
+            slurm.release()
+        raise
 
     def on_result(result: ProbeResult) -> None:
         writer.add(result)
         if progress:
             progress(result)
 
-    if local:
+    if slurm:
+        run_slurm(slurm, req.plan, on_result)
+    elif local:
         run_node(LocalNode(names[0]), req.plan, on_result)
     else:
         run_sharded(req.hosts, req.plan, on_result, req.plan.workers or auto_workers(len(req.hosts)))

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 
 from preflight.app.errors import UsageError
+from preflight.collect import slurm_job
 from preflight.collect.inventory import load_hosts_file, parse_host_list
+from preflight.collect.slurm_job import SlurmOptions
 from preflight.collect.ssh import SshOptions
 from preflight.model import Host
 
@@ -37,3 +39,39 @@ def run_id_of(args: argparse.Namespace, default: str) -> str:
     if (args.out / run_id).exists():
         raise UsageError(f"--run-id: {args.out / run_id} already exists; choose another id")
     return run_id
+
+
+def slurm_of(args: argparse.Namespace) -> SlurmOptions | None:
+    """``SlurmOptions`` for ``run --slurm``; None without it (a Slurm-only option alone is a usage error)."""
+    if not getattr(args, "slurm", False):
+        given = [flag for flag, dest in (("-w", "nodelist"), ("--partition", "partition"), ("--account", "account"),
+                                         ("--time", "time"), ("--sbatch-arg", "sbatch_arg"))
+                 if getattr(args, dest, None)]
+        if given:
+            raise UsageError(f"{', '.join(given)}: only with --slurm")
+        return None
+    if getattr(args, "local", False):
+        raise UsageError("--slurm and --local: choose one")
+    if args.nodelist and (args.hosts or args.host_list):
+        raise UsageError("-w and --hosts/-H both name the nodes: choose one")
+    return SlurmOptions(args.partition, args.account, args.time, args.max_nodes_per_job, tuple(args.sbatch_arg),
+                        args.alloc_timeout, args.node_python)
+
+
+def slurm_hosts_of(args: argparse.Namespace, slurm: SlurmOptions) -> list[Host]:
+    """The nodes of ``run --slurm``: -w, else --hosts/-H (names only: Slurm reaches them), else the
+    partition's nodes as Slurm lists them."""
+    if args.nodelist:
+        names = slurm_job.expand(args.nodelist)
+    elif args.hosts or args.host_list:
+        hosts = hosts_of(args)
+        odd = [f"{h.user + '@' if h.user else ''}{h.name}{f':{h.port}' if h.port else ''}"
+               for h in hosts if h.user or h.port]
+        if odd:
+            raise UsageError(f"--slurm: nodes are Slurm node names, without user@ or :port ({', '.join(odd)})")
+        names = [h.name for h in hosts]
+    else:
+        names = slurm_job.partition_nodes(slurm.partition)
+    if slurm.partition:
+        slurm_job.check_partition(slurm.partition)
+    return [Host(n) for n in dict.fromkeys(names)]

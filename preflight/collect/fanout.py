@@ -17,7 +17,6 @@ second reading of the IB error counters) run last, once the active probes are do
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from preflight.collect.node import CommandResult, Node, now_iso
 from preflight.collect.probes import Probe
 from preflight.collect.ssh import SshNode, SshOptions
 from preflight.model import Host, ProbeResult
+from preflight.node.schedule import run_schedule
 
 
 @dataclass(frozen=True)
@@ -103,87 +103,21 @@ def run_node(node: Node, plan: ExecPlan, on_result: OnResult) -> None:
         node.close()
 
 
-class NodeSchedule:
-    """Which probe runs next on one node, and which are not run: after a hang of their tool, past
-    the node's deadline, or after the transport died. Pure bookkeeping, no I/O; thread-safe."""
-
-    def __init__(self, probes: Sequence[Probe], deadline: float, clock: Callable[[], float] = time.monotonic):
-        self._waiting = list(probes)
-        self._deadline = deadline
-        self._clock = clock
-        self._lock = threading.Lock()
-        self.hung: dict[str, str] = {}  # tool -> the probe record that hung
-        self.lost: str | None = None  # why the transport is gone
-
-    def next(self) -> tuple[Probe | None, list[tuple[Probe, str]]]:
-        """The next probe to start (None: nothing left), and the probes passed over with why."""
-        skipped: list[tuple[Probe, str]] = []
-        with self._lock:
-            while self._waiting:
-                probe = self._waiting.pop(0)
-                if self.lost:
-                    skipped.append((probe, f"connection lost: {self.lost}"))
-                elif probe.tool in self.hung:
-                    skipped.append((probe, f"not run: {probe.tool} hung on this node ({self.hung[probe.tool]})"))
-                elif self._clock() >= self._deadline:
-                    skipped.append((probe, "not run: the node's deadline passed (--node-timeout)"))
-                else:
-                    return probe, skipped
-            return None, skipped
-
-    def extend(self, probes: Sequence[Probe]) -> None:
-        with self._lock:
-            self._waiting.extend(probes)
-
-    def time_left(self) -> float:
-        return self._deadline - self._clock()
-
-    def finished(self, probe: Probe, result: ProbeResult, connected: bool) -> None:
-        with self._lock:
-            if result.timed_out and probe.tool not in self.hung:
-                self.hung[probe.tool] = f"{' '.join(probe.argv[:3])} stopped after {result.duration_s:g} s"
-            if result.error and not connected:
-                self.lost = result.error
-
-
 def _run_probes(node: Node, plan: ExecPlan, on_result: OnResult) -> None:
     connect = getattr(node, "connect", None)
     if connect is not None and (why := connect()):
         for probe in plan.probes:  # one refusal answers for every probe
             on_result(failed_result(probe, node.name, why))
         return
-    # Active probes load the node: they run alone, after the static ones, in catalogue order.
-    static = [p for p in plan.probes if not p.active and not p.after_active]
-    active = [p for p in plan.probes if p.active]
-    after = [p for p in plan.probes if p.after_active]  # second readings, once the active probes are done
-    schedule = NodeSchedule(static, time.monotonic() + plan.node_budget())
-
-    def worker() -> None:
-        while True:
-            probe, skipped = schedule.next()
-            for passed_over, why in skipped:
-                on_result(failed_result(passed_over, node.name, why))
-            if probe is None:
-                return
-            # A probe never outlives the node's deadline, except a benchmark's own limit.
-            limit = plan.limit_for(probe)
-            if not probe.active:
-                limit = max(1.0, min(limit, schedule.time_left()))
-            result = probe_result(probe, node.name, node.run(probe.argv, timeout=limit))
-            schedule.finished(probe, result, getattr(node, "connected", True) is not False)
-            on_result(result)
-
-    width = max(1, min(plan.per_node, len(static)))
-    threads = [threading.Thread(target=worker, name=f"preflight-{node.name}-{i}", daemon=True)
-               for i in range(width)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    schedule.extend(active)
-    worker()
-    schedule.extend(after)
-    worker()
+    # The schedule is the one the Slurm task runs on its node (preflight/node/schedule.py).
+    run_schedule(
+        plan.probes, plan.per_node, plan.node_budget(), plan.limit_for,
+        execute=lambda probe, limit: probe_result(probe, node.name, node.run(probe.argv, timeout=limit)),
+        deliver=lambda probe, result: on_result(result),
+        skip=lambda probe, why: on_result(failed_result(probe, node.name, why)),
+        connected=lambda: getattr(node, "connected", True) is not False,
+        name=node.name,
+    )
 
 
 def failed_result(probe: Probe, host: str, reason: str) -> ProbeResult:

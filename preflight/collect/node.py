@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Protocol
 
-# `timeout -k`: how long after SIGTERM a command that ignores it gets SIGKILL.
-KILL_AFTER_S = 5
+from preflight.node.localexec import KILL_AFTER_S  # noqa: F401 - the one grace, on every transport
+
 # Exit status GNU `timeout` gives when it had to stop the command.
 TIMEOUT_EXIT = 124
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from preflight.check import Outcome
 from preflight.collect.probes import PROBES as PROBES_BY_ID
+from preflight.contracts import SLURM_ERROR
 from preflight.evidence.bundle import Bundle, host_reachability
 from preflight.judge.context import EvidenceMissing, FleetContext, HostContext
 from preflight.knowledge.profiles import GENERIC, Profile, detect
@@ -34,6 +35,9 @@ def judge(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile],
             # that says nothing about the host, unlike a connection that failed.
             recorded = bool(bundle.probes_of(host))
             symptom, short = ("host-unreachable", "host unreachable") if recorded else ("run-incomplete", "no evidence")
+            if recorded and why and why.startswith(SLURM_ERROR):
+                # Slurm would not (or could not) run the node's task: its reason, its cause.
+                symptom, short = "slurm-node-unavailable", "not run by Slurm"
             findings.append(Finding(CONNECTIVITY, host, Status.ERROR, f"not checked: {why}", (symptom,)))
             findings.extend(Finding(c.id, host, Status.ERROR, f"not checked: {short}")
                             for c in checks if c.scope == "host")

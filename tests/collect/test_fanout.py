@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import time
 
-from preflight.collect.fanout import ExecPlan, NodeSchedule, run_node
+from preflight.collect.fanout import ExecPlan, run_node
 from preflight.collect.local import LocalNode
 from preflight.collect.probe import Probe
 from preflight.model import ProbeResult
+from preflight.node.schedule import NodeSchedule
 
 
 def probe(pid: str, script: str, tool: str, active: bool = False) -> Probe:

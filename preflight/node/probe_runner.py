@@ -1,0 +1,105 @@
+"""The probes of one node, run on that node: what a Slurm task executes.
+
+The controller builds the plan (which probes, their argv and limits, how many at once, the
+node's budget) exactly as for SSH; this runner only carries it out with the shared schedule
+(``schedule.run_schedule``: per-node concurrency, hung-tool skip, node deadline) and local
+process-group timeouts (``localexec``), and writes every outcome to stdout as framed records
+(``frames``) the moment it exists. A task killed half-way has therefore already delivered what
+finished. Records: ``hello`` first, one ``result`` per probe (stdout as the raw payload),
+``end`` last; an ``end`` that never arrives tells the controller the task did not finish.
+
+Shipped with its siblings through the step's stdin (``preflight.collect.slurm_step.BOOT``):
+nothing is installed on the node, only python3 is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+
+try:
+    from . import frames, localexec, schedule
+except ImportError:  # run from the shipped files, by plain name
+    import frames
+    import localexec
+    import schedule
+
+FILES = ("frames.py", "localexec.py", "schedule.py", "probe_runner.py")  # what travels, in load order
+
+
+class PlannedProbe:
+    """One probe of the plan, as the controller sent it."""
+
+    __slots__ = ("id", "argv", "tool", "limit", "active", "after_active")
+
+    def __init__(self, doc):
+        self.id, self.argv, self.tool = doc["id"], tuple(doc["argv"]), doc["tool"]
+        self.limit, self.active = float(doc["limit"]), bool(doc.get("active"))
+        self.after_active = bool(doc.get("after_active"))
+
+
+class Result:
+    """A probe's outcome in the shape the schedule reads and the record carries."""
+
+    __slots__ = ("stdout", "stderr", "exit_code", "started", "duration_s", "timed_out", "error")
+
+    def __init__(self, stdout, stderr, exit_code, started, duration_s, timed_out=False, error=None):
+        self.stdout, self.stderr, self.exit_code, self.started = stdout, stderr, exit_code, started
+        self.duration_s, self.timed_out, self.error = duration_s, timed_out, error
+
+    def header(self, probe_id):
+        return {"kind": "result", "probe": probe_id, "stderr": self.stderr, "exit_code": self.exit_code,
+                "started": self.started, "duration_s": self.duration_s, "timed_out": self.timed_out,
+                "error": self.error, "has_stdout": self.stdout is not None}
+
+
+class Emitter:
+    """Writes records to a stream, one whole record at a time (the worker threads share it)."""
+
+    def __init__(self, node, stream):
+        self.node, self.stream, self.seq, self.lock = node, stream, 0, threading.Lock()
+
+    def emit(self, header, payload=b""):
+        with self.lock:
+            self.seq += 1
+            self.stream.write("".join(frames.encode(self.node, self.seq, header, payload)))
+            self.stream.flush()
+
+
+def node_name():
+    # Slurm's name for the node is what the inventory and the bundle call it.
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def execute(probe, limit):
+    r = localexec.run_local(probe.argv, timeout=limit)
+    return Result(r.stdout, r.stderr, r.exit_code, r.started, r.duration_s, r.timed_out)
+
+
+def main(plan, stream=None):
+    stream = stream if stream is not None else sys.stdout
+    out = Emitter(node_name(), stream)
+    probes = [PlannedProbe(p) for p in plan["probes"]]
+    out.emit({"kind": "hello", "hostname": socket.gethostname(), "probes": len(probes),
+              "python": sys.version.split()[0]})
+    delivered = [0]
+
+    def deliver(probe, result):
+        out.emit(result.header(probe.id), result.stdout or b"")
+        delivered[0] += 1
+
+    def skip(probe, why):
+        deliver(probe, Result(None, "", None, localexec.now_iso(), 0.0, False, why))
+
+    schedule.run_schedule(probes, int(plan["per_node"]), float(plan["budget_s"]), lambda p: p.limit, execute,
+                          deliver, skip, name=out.node)
+    out.emit({"kind": "end", "delivered": delivered[0]})
+    return 0
+
+
+if __name__ == "__main__":  # a plan as JSON on stdin, for running by hand on a node
+    import json
+
+    sys.exit(main(json.load(sys.stdin)))

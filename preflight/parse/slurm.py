@@ -1,0 +1,155 @@
+"""What Slurm's own commands say, read into records: ``scontrol show node -o`` (state, reason)
+and the error lines of ``salloc`` / ``srun`` (a task launch that failed on a node, a task that
+was killed or exited, a step cancelled at its time limit, an allocation refused). Pure: text
+in, records out. The formats are those of Slurm 22.05 as captured in tests/fixtures/slurm.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# Base states in which Slurm will not start a job on a node (slurm.h node_states / flags).
+_UNUSABLE_BASE = {"DOWN": "down", "FUTURE": "not in service (FUTURE)", "UNKNOWN": "state unknown to slurmctld"}
+_UNUSABLE_FLAG = {"DRAIN": "drained", "FAIL": "failing (FAIL)", "POWERED_DOWN": "powered down",
+                  "POWERING_DOWN": "powering down", "NOT_RESPONDING": "not responding", "MAINT": "in maintenance",
+                  "REBOOT_REQUESTED": "reboot requested", "REBOOT_ISSUED": "rebooting"}
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node as ``scontrol show node -o`` prints it."""
+
+    name: str
+    state: str  # as printed, e.g. "IDLE+DRAIN", "DOWN*"
+    reason: str | None = None  # Reason=..., with Slurm's "[user@time]" suffix
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def base(self) -> str:
+        return self.state.split("+")[0].rstrip("*$~#!%@^-")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        flags = [f.rstrip("*$~#!%@^-") for f in self.state.split("+")[1:]]
+        if "*" in self.state:  # the asterisk is how scontrol marks a node that does not answer
+            flags.append("NOT_RESPONDING")
+        return tuple(flags)
+
+    @property
+    def unusable(self) -> str | None:
+        """Why Slurm will not start preflight's task on this node (None: it will, maybe after
+        the jobs running there): "drained", "down", "not responding", ..."""
+        why = [_UNUSABLE_BASE[self.base]] if self.base in _UNUSABLE_BASE else []
+        why += [_UNUSABLE_FLAG[f] for f in self.flags if f in _UNUSABLE_FLAG]
+        if "DRAIN" in self.flags and self.base in ("ALLOCATED", "MIXED", "COMPLETING"):
+            why = ["draining" if w == "drained" else w for w in why]
+        return ", ".join(dict.fromkeys(why)) or None
+
+    def describe(self) -> str:
+        return f"State={self.state}" + (f" Reason={self.reason}" if self.reason else "")
+
+
+_PAIR = re.compile(r"(?:^|\s)([A-Za-z]+)=(\S*)")
+_NOT_FOUND = re.compile(r"^Node (\S+) not found$")
+
+
+def parse_show_node(text: str) -> tuple[dict[str, NodeState], list[str]]:
+    """``scontrol show node -o NODES``: one line per node; also the names it did not know
+    ("Node X not found", printed on stdout)."""
+    nodes: dict[str, NodeState] = {}
+    missing: list[str] = []
+    for line in text.splitlines():
+        if m := _NOT_FOUND.match(line.strip()):
+            missing.append(m[1])
+            continue
+        if not line.startswith("NodeName="):
+            continue
+        # The reason is free text (spaces and '=' allowed) and scontrol prints it last.
+        head, _, reason = line.partition(" Reason=")
+        pairs = dict(_PAIR.findall(head))
+        name = pairs.get("NodeName", "")
+        partitions = tuple(p for p in pairs.get("Partitions", "").split(",") if p)
+        nodes[name] = NodeState(name, pairs.get("State", ""), reason.strip() or None, partitions)
+    return nodes, missing
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What srun said on stderr about a step, per node."""
+
+    launch_failed: dict[str, str] = field(default_factory=dict)  # node -> Slurm's reason
+    task_ended: dict[str, str] = field(default_factory=dict)  # node -> "Killed", "Exited with exit code 3"
+    # node -> what slurmstepd on that node said ("execve(): python3: No such file or directory")
+    stepd: dict[str, str] = field(default_factory=dict)
+    # "DUE TO TIME LIMIT", ...: slurmstepd prints it on one node, but a step or job is
+    # cancelled as a whole, so it speaks for every node of the step
+    cancelled: str | None = None
+    errors: tuple[str, ...] = ()  # every "error:" line, as printed
+
+    def reason_for(self, node: str) -> str | None:
+        """Slurm's own words on what happened to the node's task, if it said anything."""
+        if node in self.launch_failed:
+            return f"task launch failed: {self.launch_failed[node]}"
+        said = [f"step cancelled {self.cancelled}"] if self.cancelled else []
+        said += [f"task {self.task_ended[node]}"] if node in self.task_ended else []
+        said += [self.stepd[node]] if node in self.stepd else []
+        return "; ".join(said) or None
+
+
+_LAUNCH = re.compile(r"Task launch for StepId=\S+ failed on node (\S+): (.+)$")
+_TASK = re.compile(r"^srun: error: (\S+): tasks? [\d,\-]+: (.+)$")
+_CANCELLED = re.compile(r"\*\*\* STEP \S+ ON (\S+) CANCELLED AT \S+ (.*?)\s*\*\*\*")
+_JOB_CANCELLED = re.compile(r"\*\*\* JOB \S+ ON (\S+) CANCELLED AT \S+ (.*?)\s*\*\*\*")
+_STEPD = re.compile(r"^slurmstepd-(\S+): error: (.+)$")  # slurmstepd names its node
+
+
+def parse_step_stderr(text: str) -> StepReport:
+    launch: dict[str, str] = {}
+    ended: dict[str, str] = {}
+    cancelled = None
+    stepd: dict[str, str] = {}
+    errors = []
+    for line in text.splitlines():
+        line = line.strip()
+        if m := _LAUNCH.search(line):
+            launch[m[1]] = m[2]
+        elif m := _TASK.match(line):
+            ended[m[1]] = m[2]
+        elif m := (_CANCELLED.search(line) or _JOB_CANCELLED.search(line)):
+            cancelled = cancelled or m[2] or "(no reason given)"
+        elif m := _STEPD.match(line):
+            stepd.setdefault(m[1], m[2])
+        if "error:" in line:
+            errors.append(line)
+    return StepReport(launch, ended, stepd, cancelled, tuple(errors))
+
+
+_GRANTED = re.compile(r"Granted job allocation (\d+)")
+
+
+def granted_job(text: str) -> int | None:
+    """The job id in salloc's "Granted job allocation N"."""
+    m = _GRANTED.search(text)
+    return int(m[1]) if m else None
+
+
+def first_error(text: str) -> str | None:
+    """The last "error:" line of a Slurm command, which carries the final word
+    ("Unable to allocate resources: Invalid partition name specified"), without the prefix."""
+    lines = [line.strip() for line in text.splitlines() if "error:" in line]
+    return lines[-1] if lines else None
+
+
+# Refusals that mean the request itself is wrong or Slurm cannot be asked at all (exit 2,
+# nothing written), as opposed to resources not granted in time (the nodes' verdicts).
+_INPUT_ERRORS = re.compile(
+    r"Invalid (partition|node name|account|qos|time limit|job|feature|reservation|generic resource)"
+    r"|invalid (partition|account|qos|time|feature)|not found|Unable to contact slurm controller"
+    r"|Invalid user id|unrecognized option|invalid option|Access/permission denied|not a valid",
+    re.IGNORECASE,
+)
+
+
+def is_input_error(message: str) -> bool:
+    return bool(_INPUT_ERRORS.search(message))
