@@ -7,6 +7,8 @@ host, every probe answered with recorded real output), then runs the same comman
 ways and prints wall-clock seconds (best of --repeat) and ratios:
 - preflight: `preflight run --hosts ...` with every static probe (what a default run does,
   active tests excluded), bundle and reports written;
+- preflight node-runner: the same with `--node-runner` (one channel per node, whose python3
+  runs the probes);
 - clush: ClusterShell's `clush -w HOSTS -f 64` running the same commands as one `;`-joined
   command per host (its best case: one connection per host);
 - ssh loop: `for h in hosts; do ssh h "<same command>"; done`, sequentially, the glue
@@ -102,6 +104,9 @@ def bench(n: int, repeat: int, work: Path, only: set[str]) -> dict[str, tuple[fl
             "preflight": lambda i: timed([sys.executable, "-m", "preflight", "run", "--hosts", str(hosts_file),
                                           "--ssh-config", str(ssh_config), "--out", str(work / "reports"),
                                           "--run-id", f"b{n}-{i}", "-q", "--quick"]),
+            "preflight node-runner": lambda i: timed([
+                sys.executable, "-m", "preflight", "run", "--hosts", str(hosts_file), "--ssh-config", str(ssh_config),
+                "--out", str(work / "reports"), "--run-id", f"nr{n}-{i}", "-q", "--quick", "--node-runner"]),
             "clush": lambda i: timed(["clush", "-f", "64", "-w", ",".join(names),
                                       "-O", f"ssh_options=-F {ssh_config} -oBatchMode=yes", compound]),
             "ssh loop": lambda i: timed(" ; ".join(f"{shlex.join(ssh + [h, compound])} >/dev/null" for h in names),
@@ -128,15 +133,17 @@ def row(n: int, r: dict[str, tuple[float, float]]) -> str:
 
     def ratio(a: str, b: str) -> str:
         return f"{r[a][0] / r[b][0]:.2f}" if a in r and b in r else "-"
-    return (f"{n:>5} {cell('preflight'):>16} {cell('clush'):>16} {cell('ssh loop', False):>9} "
-            f"{cell('fabric group'):>16} {ratio('preflight', 'clush'):>9} {ratio('preflight', 'fabric group'):>10}")
+    return (f"{n:>5} {cell('preflight'):>16} {cell('preflight node-runner'):>16} {cell('clush'):>16} "
+            f"{cell('ssh loop', False):>9} {cell('fabric group'):>16} {ratio('preflight', 'clush'):>9} "
+            f"{ratio('preflight', 'fabric group'):>10} {ratio('preflight node-runner', 'fabric group'):>10}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="8,32,64")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", default="", help="comma-separated contenders (preflight,clush,ssh loop,fabric group)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated contenders: preflight, preflight node-runner, clush, ssh loop, fabric group")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_run.py needs root (it builds network namespaces)")
@@ -144,8 +151,8 @@ def main() -> None:
     print(f"# {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d')}; {len(static_probes())} static probes per host; "
           f"median of {args.repeat}, interleaved; wall s (controller CPU ms per host)")
-    print(f"{'hosts':>5} {'preflight':>16} {'clush':>16} {'ssh loop':>9} {'fabric group':>16} "
-          f"{'pf/clush':>9} {'pf/fabric':>10}")
+    print(f"{'hosts':>5} {'preflight':>16} {'node-runner':>16} {'clush':>16} {'ssh loop':>9} {'fabric group':>16} "
+          f"{'pf/clush':>9} {'pf/fabric':>10} {'nr/fabric':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             r = bench(n, args.repeat, Path(tmp), {s for s in args.only.split(",") if s})

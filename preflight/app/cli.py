@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "active tests add their own limits)")
     run.add_argument("--per-node", type=_positive(int), default=4, metavar="N",
                      help="probes run at once on one node (default 4)")
+    run.add_argument("--node-runner", action="store_true",
+                     help="SSH: one channel per node, whose python3 runs the node's probes itself (as a Slurm "
+                          "task does); nodes without python3 are probed the default way")
     run.add_argument("--workers", type=_positive(int), metavar="N",
                      help="controller processes sharing the SSH fan-out (default: one per 64 hosts, "
                           "at most one per core)")
@@ -238,7 +241,7 @@ def run_request(args):
     active = {NCCL_PROBE_ID: nccl, DCGM_PROBE_ID: dcgm_options.options_of(args)}
     plan = ExecPlan(probes_for(checks, active), args.timeout, args.parallel, ssh,
                     per_node=args.per_node, node_timeout_s=args.node_timeout,
-                    workers=getattr(args, "workers", None))
+                    workers=getattr(args, "workers", None), node_runner=getattr(args, "node_runner", False))
     multinode = None
     if getattr(args, "nccl_multinode", False):
 

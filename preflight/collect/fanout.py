@@ -38,6 +38,7 @@ class ExecPlan:
     per_node: int = 4  # probes at once on one node; sshd's MaxSessions defaults to 10
     node_timeout_s: float | None = None  # None: NODE_TIMEOUT_FACTOR x timeout_s
     workers: int | None = None  # controller processes for an SSH fleet (collect/shards.py); None: by size
+    node_runner: bool = False  # SSH: one channel per node, the probes run by the node itself (collect/batch.py)
 
     def limit_for(self, probe: Probe) -> float:
         return probe.timeout_s if probe.timeout_s is not None else self.timeout_s
@@ -67,7 +68,8 @@ def probe_result(probe: Probe, host: str, r: CommandResult) -> ProbeResult:
                        r.duration_s, r.timed_out, r.error)
 
 
-def run_fleet(nodes: Sequence[Node], plan: ExecPlan, on_result: OnResult) -> None:
+def run_fleet(nodes: Sequence[Node], plan: ExecPlan, on_result: OnResult,
+              run: Callable[[Node, ExecPlan, OnResult], None] | None = None) -> None:
     """Run every probe on every node; ``on_result`` gets each result as soon as it exists.
 
     ``on_result`` is called from worker threads; it must be thread-safe for distinct
@@ -77,7 +79,7 @@ def run_fleet(nodes: Sequence[Node], plan: ExecPlan, on_result: OnResult) -> Non
         return
     workers = max(1, min(plan.parallel, len(nodes)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="preflight-node") as pool:
-        for f in [pool.submit(run_node, n, plan, on_result) for n in nodes]:
+        for f in [pool.submit(run or run_node, n, plan, on_result) for n in nodes]:
             f.result()
 
 

@@ -22,6 +22,7 @@ import queue
 from collections.abc import Sequence
 from dataclasses import replace
 
+from preflight.collect.batch import run_node_batched
 from preflight.collect.fanout import ExecPlan, OnResult, failed_result, run_fleet, ssh_nodes
 from preflight.model import Host, ProbeResult
 
@@ -41,7 +42,7 @@ def run_sharded(hosts: Sequence[Host], plan: ExecPlan, on_result: OnResult, work
     """``run_fleet`` over SSH for ``hosts``, split across ``workers`` processes; ``on_result``
     is called in this process, from this thread, for every result."""
     if workers <= 1 or len(hosts) <= 1:
-        run_fleet(ssh_nodes(hosts, plan.ssh), plan, on_result)
+        run_fleet(ssh_nodes(hosts, plan.ssh), plan, on_result, run=_per_node(plan))
         return
     workers = min(workers, len(hosts))
     shares = [list(hosts[i::workers]) for i in range(workers)]
@@ -77,6 +78,10 @@ def run_sharded(hosts: Sequence[Host], plan: ExecPlan, on_result: OnResult, work
                 proc.kill()
 
 
+def _per_node(plan: ExecPlan):
+    return run_node_batched if plan.node_runner else None
+
+
 def _handle(kind: str, shard: int, payload, owed: dict, on_result: OnResult, open_shards: set[int]) -> None:
     if kind == "result":
         owed[shard].discard((payload.host, payload.probe))
@@ -105,7 +110,7 @@ def _worker(shard: int, hosts: list[Host], plan: ExecPlan, results) -> None:
     def send(result: ProbeResult) -> None:
         results.put(("result", shard, result))
 
-    run_fleet(ssh_nodes(hosts, plan.ssh), plan, send)
+    run_fleet(ssh_nodes(hosts, plan.ssh), plan, send, run=_per_node(plan))
     results.put(("done", shard, None))
     # Queue.put hands the item to a feeder thread; the process exits only once it is written.
     results.close()

@@ -22,7 +22,6 @@ one is judged unreachable through Slurm (cause ``slurm-node-unavailable``).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -31,51 +30,25 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
 
 from preflight.collect.fanout import ExecPlan
 from preflight.collect.node import now_iso
+from preflight.collect.node_runner import BOOT, node_payload, result_of
 from preflight.collect.slurm_job import Allocation, SlurmOptions, allocate, chunks, node_states, release
 from preflight.contracts import SLURM_ERROR
 from preflight.model import ProbeResult
-from preflight.node import probe_runner
 from preflight.node.frames import FrameReader
 from preflight.node.localexec import end_group
 from preflight.parse.slurm import StepReport, parse_step_stderr
 
-# Run on each node as `python3 -c BOOT` with {"files": [[name, source], ...], "plan": {...}} on
-# stdin: the files become modules under their plain names, in order, then the runner runs.
-BOOT = """\
-import json, sys, types
-doc = json.loads(sys.stdin.buffer.read())
-for name, source in doc["files"]:
-    module = types.ModuleType(name)
-    module.__file__ = "<preflight %s>" % name
-    sys.modules[name] = module
-    exec(compile(source, module.__file__, "exec"), module.__dict__)
-sys.exit(sys.modules["probe_runner"].main(doc["plan"]))
-"""
 # Steps of one allocation: the first, then at most this many re-runs after launch failures.
 MAX_RETRIES = 2
 # Beyond the node budget: python3 starting, srun's own launch timeouts (MessageTimeout, 10 s).
 STEP_GRACE_S = 60.0
 
 OnResult = Callable[[ProbeResult], None]
-
-
-def node_payload(plan: ExecPlan) -> bytes:
-    """What each task reads on stdin: the runner's files and the plan, as JSON."""
-    here = Path(probe_runner.__file__).parent
-    files = [[name[:-3], (here / name).read_text()] for name in probe_runner.FILES]
-    doc = {"files": files, "plan": {
-        "per_node": plan.per_node, "budget_s": plan.node_budget(),
-        "probes": [{"id": p.id, "argv": list(p.argv), "tool": p.tool, "limit": plan.limit_for(p), "active": p.active,
-                    "after_active": p.after_active}
-                   for p in plan.probes],
-    }}
-    return json.dumps(doc).encode()
 
 
 @dataclass
@@ -225,10 +198,7 @@ def run_step(job: int, nodes: Sequence[str], payload: bytes, plan: ExecPlan, on_
                 elif kind == "result" and header.get("probe") in by_id:
                     probe = by_id[header["probe"]]
                     step.delivered.setdefault(node, set()).add(probe.id)
-                    on_result(ProbeResult(
-                        probe.id, node, probe.argv, payload_bytes if header.get("has_stdout") else None,
-                        header.get("stderr") or "", header.get("exit_code"), header.get("started") or now_iso(),
-                        float(header.get("duration_s") or 0.0), bool(header.get("timed_out")), header.get("error")))
+                    on_result(result_of(probe, node, header, payload_bytes))
         proc.wait()
     finally:
         timer.cancel()

@@ -8,8 +8,8 @@ process-group timeouts (``localexec``), and writes every outcome to stdout as fr
 finished. Records: ``hello`` first, one ``result`` per probe (stdout as the raw payload),
 ``end`` last; an ``end`` that never arrives tells the controller the task did not finish.
 
-Shipped with its siblings through the step's stdin (``preflight.collect.slurm_step.BOOT``):
-nothing is installed on the node, only python3 is needed.
+Shipped with its siblings through stdin (``preflight.collect.node_runner.BOOT``), by a Slurm task
+or one SSH channel: nothing is installed on the node, only python3 is needed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The node side of `run --slurm`: framed records survive interleaving (preflight/node/frames.py),
 and the runner carries out the controller's plan with the SSH path's schedule, shipped as
-files through stdin with nothing of preflight installed (preflight/collect/slurm_fleet.py BOOT)."""
+files through stdin with nothing of preflight installed (preflight/collect/node_runner.py BOOT)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 from preflight.collect.fanout import ExecPlan
+from preflight.collect.node_runner import BOOT, node_payload
 from preflight.collect.probe import Probe
-from preflight.collect.slurm_fleet import BOOT, node_payload
 from preflight.node import frames, probe_runner
 
 

@@ -1,0 +1,52 @@
+"""Shipping the node-side probe runner (``preflight/node/probe_runner.py``) and reading its records.
+
+Both launchers that run a node's probes on the node itself use this: a Slurm task per node
+(``slurm_fleet``) and one SSH channel per node (``batch``). The node needs only python3: it runs
+``python3 -c BOOT`` and reads on stdin the runner's source files and the plan, which the
+controller builds as for any other run (the same probes, limits, per-node width and budget).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from preflight.collect.fanout import ExecPlan
+from preflight.collect.node import now_iso
+from preflight.collect.probe import Probe
+from preflight.model import ProbeResult
+from preflight.node import probe_runner
+
+# Run on each node as `python3 -c BOOT` with {"files": [[name, source], ...], "plan": {...}} on
+# stdin: the files become modules under their plain names, in order, then the runner runs.
+BOOT = """\
+import json, sys, types
+doc = json.loads(sys.stdin.buffer.read())
+for name, source in doc["files"]:
+    module = types.ModuleType(name)
+    module.__file__ = "<preflight %s>" % name
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+sys.exit(sys.modules["probe_runner"].main(doc["plan"]))
+"""
+
+
+def node_payload(plan: ExecPlan) -> bytes:
+    """What the runner reads on stdin: its files and the plan, as JSON."""
+    here = Path(probe_runner.__file__).parent
+    files = [[name[:-3], (here / name).read_text()] for name in probe_runner.FILES]
+    doc = {"files": files, "plan": {
+        "per_node": plan.per_node, "budget_s": plan.node_budget(),
+        "probes": [{"id": p.id, "argv": list(p.argv), "tool": p.tool, "limit": plan.limit_for(p), "active": p.active,
+                    "after_active": p.after_active}
+                   for p in plan.probes],
+    }}
+    return json.dumps(doc).encode()
+
+
+def result_of(probe: Probe, host: str, header: dict, payload: bytes) -> ProbeResult:
+    """One ``result`` record as the bundle's record of ``probe`` on ``host``."""
+    return ProbeResult(
+        probe.id, host, probe.argv, payload if header.get("has_stdout") else None,
+        header.get("stderr") or "", header.get("exit_code"), header.get("started") or now_iso(),
+        float(header.get("duration_s") or 0.0), bool(header.get("timed_out")), header.get("error"))
