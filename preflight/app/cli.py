@@ -1,4 +1,5 @@
-"""Command line: ``preflight run | analyze | merge | healthcheck | checks | facts | explain | diff | soak``.
+"""Command line: ``preflight run | analyze | merge | healthcheck | drain | resume | checks | facts | explain |
+diff | soak``.
 
 Exit codes (contract): 0 nothing failed (warnings allowed), 1 a check failed or a host could
 not be checked, 2 bad input or usage. Bad input is refused before anything runs or is
@@ -16,7 +17,7 @@ from ClusterShell.NodeSet import NodeSet
 from rich.console import Console
 
 from preflight import __version__
-from preflight.app import dcgm_options, healthcheck, options, soak_cli, targets
+from preflight.app import dcgm_options, drain_cli, healthcheck, options, soak_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
@@ -171,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"where the node keeps its last {healthcheck.KEEP} reports "
                          "(default /var/lib/preflight/healthcheck)")
     hc.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+
+    drain_cli.add_parsers(sub)
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need")
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
@@ -419,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
 
     handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts,
                 "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge,
-                "healthcheck": cmd_healthcheck}
+                "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume}
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:
