@@ -1,5 +1,5 @@
-"""Command line: ``preflight run | analyze | merge | healthcheck | drain | resume | checks | facts | explain |
-diff | soak``.
+"""Command line: ``preflight run | analyze | merge | healthcheck | prolog | drain | resume | checks | facts |
+explain | diff | soak``.
 
 Exit codes (contract): 0 nothing failed (warnings allowed), 1 a check failed or a host could
 not be checked, 2 bad input or usage. Bad input is refused before anything runs or is
@@ -17,7 +17,7 @@ from ClusterShell.NodeSet import NodeSet
 from rich.console import Console
 
 from preflight import __version__
-from preflight.app import dcgm_options, drain_cli, healthcheck, options, soak_cli, targets
+from preflight.app import dcgm_options, drain_cli, healthcheck, options, prolog, soak_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
@@ -172,6 +172,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"where the node keeps its last {healthcheck.KEEP} reports "
                          "(default /var/lib/preflight/healthcheck)")
     hc.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+
+    pl = sub.add_parser("prolog", help="for slurm.conf Prolog: the fast static checks of this node, in seconds; "
+                                       "exit 1 on FAIL (Slurm then drains the node and requeues the job)")
+    pl.add_argument("--budget", type=_positive(float), default=prolog.DEFAULT_BUDGET_S, metavar="SECONDS",
+                    help=f"the whole check's time budget (default {prolog.DEFAULT_BUDGET_S:g})")
+    pl.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: $SLURMD_NODENAME, else the "
+                                                   "short hostname)")
+    pl.add_argument("--checks", metavar="IDS", default=",".join(prolog.PROLOG_CHECKS),
+                    help=f"comma-separated check ids (default {','.join(prolog.PROLOG_CHECKS)})")
+    pl.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
+    pl.add_argument("--profile-file", metavar="FILE", action="append", type=Path, default=[])
+    pl.add_argument("--out", type=Path, default=Path("/var/lib/preflight/prolog"), metavar="DIR",
+                    help=f"where the node keeps its last {healthcheck.KEEP} prolog reports "
+                         "(default /var/lib/preflight/prolog)")
 
     drain_cli.add_parsers(sub)
 
@@ -392,6 +406,16 @@ def cmd_healthcheck(args, console: Console) -> int:
     return code
 
 
+def cmd_prolog(args, console: Console) -> int:
+    args.profile = None
+    checks = _load_checks(args)
+    probes = prolog.without_limits_beyond(prolog.prolog_probes(probes_for(checks)), args.budget)
+    _, analysis, _, _ = healthcheck.run_healthcheck(
+        probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, drain=False,
+        mode="prolog")
+    return prolog.exit_code(next(iter(analysis.hosts.values())).status)
+
+
 def cmd_explain(args, console: Console) -> int:
 
     kb = load_knowledge()
@@ -422,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
 
     handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts,
                 "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge,
-                "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume}
+                "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume,
+                "prolog": cmd_prolog}
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:

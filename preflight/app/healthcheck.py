@@ -30,7 +30,7 @@ from preflight.collect.local import LocalNode, local_host_name
 from preflight.collect.slurm_job import SlurmUsageError, node_states, set_state
 from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.diagnose.analysis import analyze
-from preflight.evidence.bundle import BundleWriter, new_run_id, read_bundle
+from preflight.evidence.bundle import BundleWriter, new_run_id
 from preflight.model import Analysis
 from preflight.parse.slurm import NodeState
 from preflight.report.files import write_reports
@@ -86,17 +86,19 @@ def plan_for(probes, budget_s: float, per_node: int = 4) -> ExecPlan:
 
 
 def run_healthcheck(probes, checks, profiles, kb, out: Path, budget_s: float, node: str | None = None,
-                    drain: bool = True) -> tuple[int, Analysis, Action, Path]:
+                    drain: bool = True, mode: str = "healthcheck") -> tuple[int, Analysis, Action, Path]:
+    """``mode`` names the runs kept on disk: ``healthcheck``, or ``prolog`` (which never drains:
+    Slurm drains the node itself when a prolog fails)."""
     name = node or os.environ.get("SLURMD_NODENAME") or local_host_name().split(".")[0]
-    run_id = "healthcheck-" + new_run_id()
+    run_id = f"{mode}-" + new_run_id()
     run_dir = out / run_id
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     plan = plan_for(probes, budget_s)
     writer = BundleWriter(run_dir / "bundle", [name], created,
                           {"run_id": run_id, "preflight_version": __version__, "probes": [p.id for p in plan.probes],
-                           "local": True, "mode": "healthcheck"})
+                           "local": True, "mode": mode})
     run_node(LocalNode(name), plan, writer.add)
-    analysis = analyze(read_bundle(run_dir / "bundle"), checks, profiles, kb)
+    analysis = analyze(writer.bundle(), checks, profiles, kb)
     status = analysis.hosts[name].status
     action = Action("none", why="--no-drain")
     if drain:
@@ -116,11 +118,11 @@ def run_healthcheck(probes, checks, profiles, kb, out: Path, budget_s: float, no
                                                               "slurm_node_is_healthy":
                                                                   os.environ.get("SLURM_NODE_IS_HEALTHY")}})
     write_reports(run_dir, analysis, html=False)
-    _prune(out)
+    _prune(out, mode)
     return (EXIT_OK if status in ("pass", "warn") else EXIT_FAILED), analysis, action, run_dir
 
 
-def _prune(out: Path) -> None:
-    runs = sorted(p for p in out.glob("healthcheck-*") if p.is_dir())
+def _prune(out: Path, mode: str) -> None:
+    runs = sorted(p for p in out.glob(f"{mode}-*") if p.is_dir())
     for old in runs[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
