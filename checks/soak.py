@@ -59,6 +59,16 @@ def soak_memory(soak):
     return [soak.judge_memory(host) for host in soak.sampled_hosts]
 
 
+@soak_check("soak-latency", summary="a served model's TTFT/TPOT percentiles and error rate per window "
+            "within the --slo limits (slo-violated), and no latency that doubles while throughput "
+            "holds (latency-drift)")
+def soak_latency(soak):
+    # Only a served model has requests to time; the burn's windows are TFLOP/s.
+    if soak.engine == "burn":
+        return []
+    return [soak.judge_latency(host) for host in soak.hosts if not soak.throughput[host].empty]
+
+
 @soak_check("soak-sdc", summary="the burn's GEMM on fixed inputs gave the same result all along and on "
             "every GPU of the node (gpu-silent-data-corruption)")
 def soak_sdc(soak):

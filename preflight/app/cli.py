@@ -148,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     an = sub.add_parser("analyze", help="judge a saved bundle (or run directory) offline")
     an.add_argument("bundle", type=Path, help="a bundle directory, or a run directory holding bundle/")
     _common_analysis_options(an)
+    soak_cli.add_slo_options(an.add_argument_group("a soak directory's serving SLOs"))
 
     mg = sub.add_parser("merge", help="one bundle and report from per-node runs (srun preflight run --local ...)")
     mg.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
@@ -305,6 +306,8 @@ def analyze_saved(args):
     out = args.out / run_id
     if (root / "soak.json").is_file() and not (root / "bundle.json").is_file():
         return out, _analyze_soak(root, out, args)
+    if getattr(args, "slo", None):
+        raise UsageError(f"--slo: {root} is a bundle; serving SLOs are judged on a soak directory")
     bundle = read_bundle(root)
     checks = _load_checks(args)
     profiles = _load_profiles(args)
@@ -319,11 +322,15 @@ def _analyze_soak(soak_dir: Path, out: Path, args):
     """A preflight-soak/1 directory: judged by the soak analysis, reported like a bundle."""
     # pandas, behind the soak's data and analysis, loads only for a soak directory.
     from preflight.soak.data import SoakDataError
+
+    # The thresholds live beside the figures, pandas too.
+    from preflight.soak.figures import Thresholds
     from preflight.soak.judge import judge_soak
 
+    thresholds = Thresholds(slos=soak_cli.slos_of(args), slo_budget=getattr(args, "slo_budget", 0.05))
     try:
         analysis = judge_soak(soak_dir, load_knowledge(), plots_dir=out / "plots",
-                              checks=_load_checks(args, scopes=("soak",)))
+                              checks=_load_checks(args, scopes=("soak",)), thresholds=thresholds)
     except SoakDataError as exc:
         raise UsageError(str(exc)) from None
     analysis.meta.update({"run_id": out.name, "preflight_version": __version__, "soak_dir": str(soak_dir.resolve())})

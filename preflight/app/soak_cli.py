@@ -28,6 +28,34 @@ from preflight.soak.plan import (
     load_plan,
 )
 from preflight.soak.ship import start
+from preflight.soak.slo_spec import SloError, parse_slos
+
+
+def add_slo_options(p: argparse.ArgumentParser) -> None:
+    """``--slo`` and ``--slo-budget``, for ``soak`` and for ``analyze SOAK_DIR``."""
+    p.add_argument("--slo", action="append", default=[], metavar="KEY=VALUE",
+                   help="a serving SLO judged on every window (repeatable): ttft_p50|ttft_p90|ttft_p99|tpot_p50|"
+                        "tpot_p99=TIME (800ms, 1.5s) or error_rate=FRACTION (0.1%%, 0.001)")
+    p.add_argument("--slo-budget", type=_fraction, default=0.05, metavar="F",
+                   help="share of the windows an SLO may be broken in before the run fails (default 0.05)")
+
+
+def slos_of(args) -> tuple:
+    """The parsed ``--slo`` options; a bad one is a usage error (exit 2) naming it."""
+    try:
+        return parse_slos(getattr(args, "slo", None))
+    except SloError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r}: a share of the windows, from 0 to 1")
+    return value
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -68,6 +96,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help=f"where agents keep their files on the nodes (default {NODE_DIR})")
     p.add_argument("--poll", type=_positive, default=POLL_S,
                    help=f"seconds between polls of the nodes (default {POLL_S:g})")
+    add_slo_options(serve)
     options.add_output(p)
     options.add_ssh(p)
     return p
@@ -132,6 +161,7 @@ def cmd_soak(args, console: Console) -> int:
             started = None
         else:
             plan = plan_from_args(args, local_host_name(), args.run_id)
+        slos = slos_of(args)
     except INPUT_ERRORS as exc:
         err.print(f"preflight: error: {exc}", highlight=False, markup=False)
         return EXIT_USAGE
@@ -144,6 +174,6 @@ def cmd_soak(args, console: Console) -> int:
         err.print(f"preflight soak: detached; the agents keep running. Re-attach with: {again}",
                   highlight=False, markup=False)
         return EXIT_INTERRUPTED
-    failed = analyze_and_show(outcome, console) if outcome.merged["hosts"] else True
+    failed = analyze_and_show(outcome, console, slos, args.slo_budget) if outcome.merged["hosts"] else True
     console.print(f"soak data: {outcome.run_dir}", highlight=False, markup=False)
     return EXIT_FAILED if failed or outcome.failed else EXIT_OK

@@ -22,7 +22,7 @@ from functools import cached_property
 import pandas as pd
 
 from preflight.check import Outcome
-from preflight.soak import gpu_verdicts, sdc, server_log, throughput
+from preflight.soak import gpu_verdicts, sdc, server_log, slo, throughput
 from preflight.soak.data import SoakData, read_events
 from preflight.soak.figures import (
     DEFAULT_THRESHOLDS,
@@ -89,6 +89,9 @@ class SoakContext:
         host_thr = self.throughput[host]
         t0 = float(host_thr["time"].min()) if len(host_thr) else None
         return throughput.throughput(host, self.trends[host], self.data.telemetry.iloc[:0], self.thresholds, t0=t0)
+
+    def judge_latency(self, host: str) -> Outcome:
+        return slo.latency(host, self.throughput[host], self.thresholds.slos, self.thresholds.slo_budget)
 
     def judge_sdc(self, host: str) -> Outcome:
         return sdc.sdc(host, self.throughput[host])

@@ -55,16 +55,20 @@ def follow(plan: SoakPlan, console: Console, started: list[Started] | None = Non
     return SoakOutcome(plan.run_dir, outcomes, merge_soak(plan.run_dir, outcomes))
 
 
-def analyze_and_show(outcome: SoakOutcome, console: Console) -> bool:
+def analyze_and_show(outcome: SoakOutcome, console: Console, slos: tuple = (), slo_budget: float = 0.05) -> bool:
     """Judge the merged directory and write the run's reports (report.json with its ``soak``
     section, report.md, report.html with the plots, junit.xml) beside the soak data, as
     ``preflight analyze`` would; True when something failed."""
     # pandas, behind the soak's data and analysis, loads only once a soak is to be judged.
     from preflight.soak.data import SoakDataError
+
+    # The thresholds live beside the figures, pandas too.
+    from preflight.soak.figures import Thresholds
     from preflight.soak.judge import judge_soak
 
     try:
-        analysis = judge_soak(outcome.run_dir, load_knowledge(), plots_dir=outcome.run_dir / "plots")
+        analysis = judge_soak(outcome.run_dir, load_knowledge(), plots_dir=outcome.run_dir / "plots",
+                              thresholds=Thresholds(slos=slos, slo_budget=slo_budget))
     except SoakDataError as exc:
         console.print(f"soak analysis: cannot read {outcome.run_dir}: {exc}", highlight=False, markup=False)
         return True

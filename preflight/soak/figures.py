@@ -74,6 +74,8 @@ class Thresholds:
     fallen_off_min_s: float = 5.0
     memory_growth_mib: float = 1024.0
     memory_growth_fraction: float = 0.05
+    slos: tuple = ()  # preflight.soak.slo_spec.Slo, from --slo
+    slo_budget: float = 0.05  # share of the windows an SLO may be broken in before it FAILs
 
     def baseline_s(self, span_s: float) -> float:
         return min(self.baseline_max_s, self.baseline_fraction * span_s)

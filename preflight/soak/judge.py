@@ -19,6 +19,7 @@ from preflight.diagnose.engine import KnowledgeBase, diagnose
 from preflight.model import Analysis, Check, HostVerdict, Status, worst
 from preflight.soak.analysis import CHECK_SERVER_LOG, analyze, soak_checks
 from preflight.soak.data import read_soak
+from preflight.soak.figures import DEFAULT_THRESHOLDS, Thresholds
 
 __all__ = ["CHECK_SERVER_LOG", "is_soak_dir", "judge_soak"]
 
@@ -28,14 +29,14 @@ def is_soak_dir(path: Path) -> bool:
 
 
 def judge_soak(soak_dir: Path, kb: KnowledgeBase, plots_dir: Path | None = None,
-               checks: Sequence[Check] | None = None) -> Analysis:
+               checks: Sequence[Check] | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Analysis:
     """Read and judge ``soak_dir`` with ``checks`` (default: every soak check ``soak_checks``
     finds); with ``plots_dir``, draw one PNG per host there and name them in
     ``meta["soak_plots"]`` (paths relative to the plots directory's parent, the run directory,
     where report.html is written and reads them from)."""
     data = read_soak(soak_dir)  # raises SoakDataError naming file, line and field
     checks = soak_checks() if checks is None else list(checks)
-    result = analyze(data, checks=checks)
+    result = analyze(data, checks=checks, thresholds=thresholds)
     findings = list(result.findings)
     hosts = {}
     statuses: dict[str | None, list[Status]] = {}

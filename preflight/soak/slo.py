@@ -1,0 +1,106 @@
+"""Serving latency and error SLOs, judged on a vLLM or endpoint soak's windows (``soak-latency``).
+
+An SLO is ``KEY=VALUE`` as users write them (``--slo ttft_p99=800ms --slo error_rate=0.1%``):
+the load generator's per-window percentiles (TTFT and TPOT, ``preflight/node/loadgen.py``) and
+the window's error rate, errors over requests that ended (completed + errored). Every window is
+compared; a host FAILs ``slo-violated`` when an SLO is broken in more than ``slo_budget`` of its
+judged windows (default 5 %), and WARNs when it is broken in fewer; the worst windows are the
+evidence. A window that saw no completion has no percentile: it is not judged, and is counted.
+
+With or without SLOs the verdict states P50/P99 TTFT and TPOT over the run, and a latency that
+doubles from the first quarter of the windows to the last while throughput holds (within 10 %)
+WARNs ``latency-drift``: requests queue, or the node slows, with the same work done.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from preflight.check import Outcome
+from preflight.contracts import THROUGHPUT_CSV
+from preflight.model import Evidence, Status
+from preflight.soak.slo_spec import LATENCY_METRICS, Slo
+
+DRIFT_FACTOR = 2.0
+HOLD_FRACTION = 0.9
+
+def _windows(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per window (time): its metrics as columns, and its error rate."""
+    node = rows[rows["gpu"].isna()] if "gpu" in rows else rows
+    wide = node.pivot_table(index="time", columns="metric", values="value", aggfunc="last").sort_index()
+    if "errors" in wide and "requests_per_s" in wide:
+        spans = wide.index.to_series().diff()
+        spans.iloc[0] = spans.iloc[1] if len(spans) > 1 else float("nan")
+        done = wide["requests_per_s"] * spans
+        ended = done + wide["errors"]
+        wide["error_rate"] = (wide["errors"] / ended).where(ended > 0)
+    return wide
+
+
+def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float) -> Outcome:
+    """``rows``: the host's throughput.csv rows."""
+    wide = _windows(rows)
+    if "output_tokens_per_s" not in wide or "ttft_p99_ms" not in wide:
+        return Outcome(Status.SKIP, "no serving windows (TTFT, TPOT): a vllm or endpoint soak has them", host=host)
+    t0 = wide.index.min()
+    summary = _percentiles(wide)
+    broken, notes, evidence, data = [], [], [], {"slos": {}}
+    worst = Status.PASS
+    for slo in slos:
+        column = LATENCY_METRICS.get(slo.key, slo.key)
+        values = wide[column].dropna() if column in wide else pd.Series(dtype=float)
+        if values.empty:
+            notes.append(f"{slo.text}: no window has {column}")
+            worst = max(worst, Status.ERROR, key=_rank)
+            continue
+        over = values[values > slo.limit]
+        share = len(over) / len(values)
+        data["slos"][slo.text] = {"windows": len(values), "broken": len(over), "share": round(share, 4)}
+        if over.empty:
+            continue
+        status = Status.FAIL if share > budget else Status.WARN
+        worst = max(worst, status, key=_rank)
+        top = over.sort_values(ascending=False).head(3)
+        broken.append(f"{slo.text} broken in {len(over)} of {len(values)} windows ({share:.0%}; "
+                      f"allowed {budget:.0%}), worst {slo.show(top.iloc[0])} at +{(top.index[0] - t0) / 60:.1f} min")
+        evidence += [Evidence(THROUGHPUT_CSV, f"{t},{host},{column},{v:g}") for t, v in top.items()]
+        unjudged = int(wide[column].isna().sum()) if column in wide else 0
+        if unjudged:
+            notes.append(f"{slo.text}: {unjudged} window(s) without a value (no request ended in them)")
+    drift = _drift(wide)
+    symptoms = ["slo-violated"] if worst in (Status.FAIL, Status.WARN) and broken else []
+    if drift:
+        symptoms.append("latency-drift")
+        if worst is Status.PASS:
+            worst = Status.WARN
+    parts = broken + ([drift] if drift else []) + notes
+    text = ("; ".join(parts) + "; " if parts else ("every SLO held; " if slos else "")) + summary
+    return Outcome(worst, text, tuple(symptoms), tuple(evidence), data, host)
+
+
+def _rank(status: Status) -> int:
+    return [Status.PASS, Status.WARN, Status.FAIL, Status.ERROR].index(status)
+
+
+def _percentiles(wide: pd.DataFrame) -> str:
+    def of(metric: str) -> str:
+        values = wide[metric].dropna() if metric in wide else pd.Series(dtype=float)
+        return f"{values.median():.0f}" if not values.empty else "-"
+    return (f"window medians: TTFT p50 {of('ttft_p50_ms')} / p99 {of('ttft_p99_ms')} ms, "
+            f"TPOT p50 {of('tpot_p50_ms')} / p99 {of('tpot_p99_ms')} ms over {len(wide)} windows")
+
+
+def _drift(wide: pd.DataFrame) -> str | None:
+    """TTFT p99 of the last quarter of the windows at least DRIFT_FACTOR x the first quarter's,
+    with output tokens/s within HOLD_FRACTION of it: the same work, slower answers."""
+    both = wide[["ttft_p99_ms", "output_tokens_per_s"]].dropna()
+    quarter = len(both) // 4
+    if quarter < 2:
+        return None
+    first, last = both.iloc[:quarter], both.iloc[-quarter:]
+    before, after = first["ttft_p99_ms"].median(), last["ttft_p99_ms"].median()
+    tokens_before, tokens_after = first["output_tokens_per_s"].median(), last["output_tokens_per_s"].median()
+    if before > 0 and after >= DRIFT_FACTOR * before and tokens_after >= HOLD_FRACTION * tokens_before:
+        return (f"TTFT p99 rose from {before:.0f} to {after:.0f} ms (x{after / before:.1f}) while output "
+                f"tokens/s held ({tokens_before:.0f} -> {tokens_after:.0f}): requests queue, or the node slows")
+    return None

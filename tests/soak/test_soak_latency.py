@@ -1,0 +1,61 @@
+"""Serving SLOs and latency drift (preflight/soak/slo.py, check soak-latency) on a real vLLM soak
+on the CPU (tests/fixtures/vllm-cpu/soak-90s, MANIFEST.tsv says how it was recorded): its 9
+windows' TTFT p99 were 299, 353, 570, 491, 543, 645, 332, 816 and 1403 ms."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from preflight.app.cli import main
+from preflight.diagnose.engine import load_knowledge
+from preflight.model import Status
+from preflight.soak.data import read_soak
+from preflight.soak.figures import Thresholds
+from preflight.soak.judge import judge_soak
+from preflight.soak.slo import latency
+from preflight.soak.slo_spec import parse_slos
+
+REAL = Path(__file__).resolve().parent.parent / "fixtures" / "vllm-cpu" / "soak-90s"
+
+
+def _verdict(*slos: str, budget: float = 0.05):
+    data = read_soak(REAL)
+    return latency("vm", data.throughput[data.throughput["host"] == "vm"], parse_slos(slos), budget)
+
+
+def test_without_slos_the_percentiles_are_stated_and_the_drift_warns():
+    v = _verdict()
+    assert v.status is Status.WARN and v.symptoms == ("latency-drift",)
+    assert v.summary.startswith("TTFT p99 rose from 326 to 1110 ms (x3.4) while output tokens/s held (1238 -> 1537)")
+    assert "window medians: TTFT p50 173 / p99 543 ms, TPOT p50 8 / p99 13 ms over 9 windows" in v.summary
+
+
+def test_an_slo_broken_in_more_windows_than_the_budget_fails_with_the_worst_windows():
+    v = _verdict("ttft_p99=800ms", "error_rate=0.1%")
+    assert v.status is Status.FAIL and v.symptoms == ("slo-violated", "latency-drift")
+    assert "ttft_p99=800ms broken in 2 of 9 windows (22%; allowed 5%), worst 1403 ms at +1.3 min" in v.summary
+    assert [e.excerpt for e in v.evidence] == ["1796137963.539,vm,ttft_p99_ms,1403.13",
+                                               "1796137953.507,vm,ttft_p99_ms,816.23"]
+    assert v.data["slos"]["error_rate=0.1%"] == {"windows": 9, "broken": 0, "share": 0.0}
+    # Within a budget that allows two windows in nine, the same SLO only warns.
+    assert _verdict("ttft_p99=800ms", budget=0.25).status is Status.WARN
+
+
+def test_slos_that_hold_say_so():
+    v = _verdict("ttft_p99=1.5s", "tpot_p99=50ms")
+    assert v.status is Status.WARN and v.symptoms == ("latency-drift",)  # the drift is still there
+    assert v.data["slos"]["ttft_p99=1.5s"]["broken"] == 0 and v.data["slos"]["tpot_p99=50ms"]["broken"] == 0
+
+
+def test_the_diagnosis_and_the_command_line(tmp_path, capsys):
+    analysis = judge_soak(REAL, load_knowledge(), thresholds=Thresholds(slos=parse_slos(["ttft_p99=800ms"])))
+    assert {d.cause for d in analysis.diagnoses} == {"slo-violated", "latency-drift"}
+    assert main(["analyze", str(REAL), "--slo", "ttft_p99=800ms", "--out", str(tmp_path / "a"), "-q",
+                 "--no-html"]) == 1
+    [report] = (tmp_path / "a").glob("*/report.json")
+    latency_finding = next(f for f in json.loads(report.read_text())["findings"] if f["check"] == "soak-latency")
+    assert latency_finding["status"] == "fail"
+    assert main(["analyze", str(REAL), "--slo", "ttft_p99=soon", "--out", str(tmp_path / "b"), "-q"]) == 2
+    assert "--slo 'ttft_p99=soon'" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()  # refused before anything was written
