@@ -175,7 +175,8 @@ def test_replies_cycle_pass_hang_fail(sim_cluster, run):
         Reply(stdout="\n".join(IBSTAT_PANIC.read_text().splitlines()[:-1]) + "\n",
               stderr=IBSTAT_PANIC.read_text().splitlines()[-1] + "\n", exit_code=1),
     ]})])
-    seen = [run(cluster, "ib01", "timeout 0.5 ibstat") for _ in range(4)]
+    # 3 s: a shim answers in well under a second, also on a loaded machine (0.5 s was not enough once).
+    seen = [run(cluster, "ib01", "timeout 3 ibstat") for _ in range(4)]
     assert [r.exit_code for r in seen] == [0, 124, 1, 0]
     assert seen[0].stdout == seen[3].stdout == IBSTAT_OK.read_bytes()
     assert seen[1].stdout == b""
