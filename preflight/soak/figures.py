@@ -74,6 +74,8 @@ class Thresholds:
     fallen_off_min_s: float = 5.0
     memory_growth_mib: float = 1024.0
     memory_growth_fraction: float = 0.05
+    coverage_shortfall: float = 0.05
+    coverage_min_intervals: float = 2.0
 
     def baseline_s(self, span_s: float) -> float:
         return min(self.baseline_max_s, self.baseline_fraction * span_s)
