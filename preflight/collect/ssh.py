@@ -59,11 +59,12 @@ def _connect(host: Host, ssh: SshOptions) -> Connection:
     if ssh.identity:
         connect_kwargs["key_filename"] = [str(ssh.identity)]
     conn = Connection(
-        host.name,
+        host.target,
         user=host.user or ssh.user,
         port=host.port or ssh.port,
         config=config,
-        connect_timeout=int(ssh.connect_timeout_s),
+        # A float: int() made 0.5 s into 0, which paramiko reads as no timeout at all.
+        connect_timeout=ssh.connect_timeout_s,
         connect_kwargs=connect_kwargs,
     )
     client = conn.client

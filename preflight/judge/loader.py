@@ -143,6 +143,11 @@ def select(checks: list[Check], wanted: Iterable[str] | None) -> list[Check]:
     if wanted is None:
         return checks
     wanted = list(wanted)
+    if not wanted:
+        raise CheckLoadError("--checks: no check id given; `preflight checks` lists them")
+    twice = sorted({w for w in wanted if wanted.count(w) > 1})
+    if twice:
+        raise CheckLoadError(f"--checks: {', '.join(twice)} named more than once")
     by_id = {c.id: c for c in checks}
     unknown = [w for w in wanted if w not in by_id]
     if unknown:
