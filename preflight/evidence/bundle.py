@@ -18,13 +18,13 @@ tool is absent; the ``.json`` says which.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from preflight.evidence.atomic import write_atomic
 from preflight.model import ProbeResult
 
 FORMAT = "preflight-bundle/1"
@@ -34,12 +34,6 @@ FLEET_HOST = "fleet-"
 
 class BundleError(ValueError):
     """The directory is not a readable preflight bundle; the message says where and why."""
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _safe_component(name: str, what: str) -> str:
@@ -58,15 +52,15 @@ class BundleWriter:
         header = {"format": FORMAT, "created": created, "hosts": hosts}
         if meta:
             header.update(meta)
-        _atomic_write(self.root / "bundle.json", (json.dumps(header, indent=2) + "\n").encode())
+        write_atomic(self.root / "bundle.json", (json.dumps(header, indent=2) + "\n").encode())
 
     def add(self, result: ProbeResult) -> None:
         host_dir = self.root / "hosts" / _safe_component(result.host, "host")
         host_dir.mkdir(exist_ok=True)
         probe = _safe_component(result.probe, "probe")
         if result.stdout is not None and not result.tool_missing:
-            _atomic_write(host_dir / f"{probe}.txt", result.stdout)
-        _atomic_write(host_dir / f"{probe}.json", (json.dumps(result.meta(), indent=2) + "\n").encode())
+            write_atomic(host_dir / f"{probe}.txt", result.stdout)
+        write_atomic(host_dir / f"{probe}.json", (json.dumps(result.meta(), indent=2) + "\n").encode())
 
 
 @dataclass(frozen=True)
