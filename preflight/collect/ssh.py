@@ -27,6 +27,7 @@ from pathlib import Path
 import paramiko
 from fabric import Config, Connection
 
+from preflight.collect import known_hosts
 from preflight.collect.node import KILL_AFTER_S, TIMEOUT_EXIT, CommandResult, not_run, now_iso
 from preflight.model import Host
 
@@ -85,10 +86,15 @@ def _load_known_hosts(client: paramiko.SSHClient, host_config: dict, extra: Path
     if not files:
         files.append(Path.home() / ".ssh" / "known_hosts")
     files.append(Path("/etc/ssh/ssh_known_hosts"))
+    # Read here line by line (known_hosts.py), so one bad line is skipped with a warning
+    # instead of failing every host. The keys go to the client's own table, which paramiko
+    # never writes back (preflight never calls save_host_keys).
+    keys = client.get_host_keys()
     for path in files:
         if path.is_file():
-            # "system" keys are read-only to paramiko: it never rewrites the user's file.
-            client.load_system_host_keys(str(path))
+            for entry in known_hosts.entries(path):
+                for name in entry.hostnames:
+                    keys.add(name, entry.key.get_name(), entry.key)
 
 
 def describe_connect_error(exc: BaseException) -> str:
