@@ -100,8 +100,12 @@ def _phys_state(raw: str) -> str | None:
 def _int(raw: str | None) -> int | None:
     if raw is None:
         return None
-    match = re.match(r"\s*(0x[0-9a-fA-F]+|\d+)", raw)
-    return int(match.group(1), 0) if match else None
+    match = re.match(r"\s*(?:0x([0-9a-fA-F]{1,16})|(\d{1,19}))", raw)
+    if not match:
+        return None
+    # Base given, not 0: int("09", 0) refuses a leading zero; and bounded, so a run of digits
+    # from a damaged capture is not read as a number Python refuses to convert.
+    return int(match.group(1), 16) if match.group(1) else int(match.group(2))
 
 
 def _guid(raw: str | None) -> str | None:

@@ -142,7 +142,10 @@ def soak_context(data: SoakData, thresholds: Thresholds = DEFAULT_THRESHOLDS,
         by_host[g.host].append(g)
     tele_by_host = dict(tuple(tele.groupby("host", sort=False)))
     thr_by_host = dict(tuple(thr.groupby("host", sort=False)))
-    no_telemetry = ((data.meta.extra or {}).get("no_telemetry") or {}) if data.meta.engine == "vllm" else {}
+    excused = (data.meta.extra or {}).get("no_telemetry") if data.meta.engine == "vllm" else None
+    # host -> why; a hand-made soak.json may hold anything here, and only that shape excuses.
+    no_telemetry = ({str(h): str(why) for h, why in excused.items() if isinstance(why, str)}
+                    if isinstance(excused, Mapping) else {})
     notes = list(data.notes)
     for host in hosts:
         if by_host[host]:
