@@ -110,3 +110,17 @@ def test_a_node_without_nics_on_the_generic_profile_still_skips():
     missing = result("ibstat", b"", exit_code=127, command=("ibstat",))
     [f] = run_check("ib-port-down", make_host({"nvidia-smi-q-x": one_gpu, "ibstat": missing}, "generic"))
     assert f.status is Status.SKIP and "expects no NIC" in f.summary
+
+
+def test_more_gpus_than_the_platform_has_is_a_finding():
+    from derived import h200_node_xml
+
+    # The 8-GPU node (tests/derived.py, from the real H200 capture) with its last GPU listed
+    # once more under a ninth bus id, as a board of another platform would show.
+    xml = h200_node_xml(8)
+    last = xml[xml.rindex("\t<gpu id="): xml.rindex("</gpu>") + len("</gpu>")]
+    ninth = re.sub(r"00000000:[0-9A-F]{2}:00\.0", "00000000:EE:00.0", last)
+    xml = xml.replace(last, last + "\n" + ninth).replace("<attached_gpus>8<", "<attached_gpus>9<")
+    [f] = run_check("gpu-inventory", make_host({"nvidia-smi-q-x": xml}, "hgx-h200"))
+    assert f.status is Status.WARN and f.symptoms == ("gpu-count-unexpected",)
+    assert f.summary.startswith("9 GPUs visible, more than the 8 of a NVIDIA HGX H200 8-GPU")
