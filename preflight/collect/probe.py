@@ -21,6 +21,9 @@ class Probe:
     description: str
     tool: str  # the program whose absence means "tool-missing"
     timeout_s: float | None = None  # None: the run's --timeout
+    # A slow tool's limit as a multiple of --timeout, so --timeout still bounds it (mlxfwmanager
+    # queries every adapter's flash: 4 x the default 30 s is the 120 s it used to have fixed).
+    timeout_factor: float | None = None
     active: bool = False  # loads the node (a benchmark); `run --quick` leaves its checks out
     options: type | None = None  # a parametrised probe's options (a dataclass with defaults)
     arguments: Callable[[Any], tuple[tuple[str, ...], float | None]] | None = None

@@ -77,3 +77,14 @@ def test_a_timeout_ends_the_whole_process_group(tmp_path):
         time.sleep(0.05)
     else:
         raise AssertionError(f"the backgrounded sleep {child} outlived the timeout")
+
+
+def test_timeout_bounds_the_mlxfwmanager_probe():
+    # mlxfwmanager's limit follows --timeout (4 x, the 120 s it had fixed at the default 30 s).
+    from preflight.collect.fanout import ExecPlan
+    from preflight.collect.probes import PROBES
+
+    probe = PROBES["mlxfwmanager"]
+    assert ExecPlan((probe,), 30.0).limit_for(probe) == 120.0
+    assert ExecPlan((probe,), 5.0).limit_for(probe) == 20.0
+    assert ExecPlan((PROBES["ibstat"],), 5.0).limit_for(PROBES["ibstat"]) == 5.0
