@@ -265,10 +265,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- PCIe and platform --------------------------------------------------------------
     _sig("pcie-bandwidth-limited",
          r"(?P<available_gbps>\d+\.\d+) Gb/s available PCIe bandwidth, limited by "
-         r"(?:(?P<speed_gts>[\d.]+) GT/s|Unknown)(?: PCIe)? x(?P<width>\d+) link "
+         r"(?:(?P<speed_gts>\d+(?:\.\d+)?) GT/s|Unknown)(?: PCIe)? x(?P<width>\d+) link "
          r"at (?P<limited_at>\S+) "
          r"\(capable of (?P<capable_gbps>\d+\.\d+) Gb/s with "
-         r"(?:(?P<capable_speed_gts>[\d.]+) GT/s|Unknown)(?: PCIe)? x(?P<capable_width>\d+) link\)",
+         r"(?:(?P<capable_speed_gts>\d+(?:\.\d+)?) GT/s|Unknown)(?: PCIe)? x(?P<capable_width>\d+) link\)",
          "a link on the path trained below what the device can do"),
     _sig("aer",
          r"AER: (?:Multiple )?(?P<severity>(?:Un)?[Cc]orrect(?:ed|able)(?: \((?:Non-)?Fatal\))?) "

@@ -165,6 +165,10 @@ FOUND = [
     ("ibv_devinfo", "hca_id: mlx5_0\n        phys_port_cnt:09b8\n"),  # int("09", 0) raised ValueError
     ("mlxfwmanager", "<0"),  # the XML pull parser raised ET.ParseError while its events were read
     ("ibv_devinfo", "hca_id: mlx5_0\n        phys_port_cnt: " + "9" * 5000 + "\n"),  # int() digit limit
+    # "[\d.]+" numbers: float(".") and float("26.26.562") raised ValueError
+    ("ibstatus", "Infiniband device 'mlx5_0' port 1 status:\n        state:  4: ACTIVE\n        rate:.  100 Gb/sec\n"),
+    ("nvlink_status", "GPU 0: NVIDIA H200 (UUID: GPU-0)\n\t Link 0: 26.26.562 GB/s\n\t Link 1: 26.562 GB/s\n"),
+    ("lspci", "01:00.0 3D controller: NVIDIA\n\tLnkCap: Port #0, Speed 3.2.0GT/s, Width x16\n"),
 ]
 
 
