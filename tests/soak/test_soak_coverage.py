@@ -119,3 +119,14 @@ def test_a_soak_with_no_host_is_not_a_pass(soak):
     assert analysis.failed
     assert any(f.host is None and f.status is Status.ERROR and "nothing was soaked" in f.summary
                for f in analysis.findings)
+
+
+def test_a_node_without_nvml_says_why(soak):
+    # The burn agent on a node without NVML fails at once, its reason in the heartbeat, which the
+    # controller keeps as the agent's note: the report says why there is no telemetry.
+    reason = "NVML: NVMLError_LibraryNotFound: NVML Shared Library Not Found"
+    _edit_meta(soak, agents={"vm": {"outcome": "failed", "note": reason}})
+    for name in ("telemetry.csv", "throughput.csv"):
+        (soak / name).write_text((soak / name).read_text().splitlines()[0] + "\n")
+    f = _telemetry_finding(soak)
+    assert f.status is Status.ERROR and f"agent failed ({reason})" in f.summary
