@@ -255,7 +255,8 @@ def test_real_vllm_cpu_soak(tmp_path):
     assert len(by["requests_running"]) == len(tokens) and max(by["requests_running"]) <= 20
     assert set(by["requests_waiting"]) == {0.0} and set(by["preemptions"]) == {0.0}
     assert all(0 <= v <= 1 for v in by["kv_cache_usage"])
-    assert max(by["requests_running"]) > 0 or max(by["kv_cache_usage"]) > 0  # the load shows
+    # (No assertion that a gauge read non-zero: sampled gauges may read 0 in every scrape under
+    # load. What shows the load is the client's own count and the server's counter, below.)
     assert summary["load"]["kv_cache_metric"] == "vllm:kv_cache_usage_perc"
     assert summary["load"]["prompt_mode"] == "token_ids+vllm" and summary["load"]["errors"] == {}
     # The server generated what this client received, plus the second client's share. Compared
@@ -265,8 +266,17 @@ def test_real_vllm_cpu_soak(tmp_path):
     server = {r.time: r.value for r in rows if r.metric == "server_output_tokens_per_s"}
     both = sorted(client.keys() & server.keys())
     assert len(both) >= len(tokens) - 2, (sorted(client), sorted(server))
+    # The load generator's own count: its windows' tokens add up to the total it received.
+    window_s = params.load.window_s
+    received = summary["load"]["output_tokens"]
+    assert 0.8 * received <= sum(client.values()) * window_s <= 1.05 * received, (received, client)
+    # The server's counter rose in every window both saw. Its rate is the counter's increase
+    # over the time between two scrapes, which stretches when the CPU is contended, so the sums
+    # of the two rates agree only roughly (on 2 busy cores the server's read 0.88 of the
+    # client's): the generous bounds still catch a counter not read, or read as another metric.
+    assert all(server[t] > 0 for t in both), server
     sent, made = sum(client[t] for t in both), sum(server[t] for t in both)
-    assert 0.9 * sent <= made <= 1.5 * sent, (both, client, server)
+    assert 0.6 * sent <= made <= 1.6 * sent, (both, client, server)
     # The rows went to throughput.csv through the agent's own writer.
     with open(tmp_path / "throughput.csv", newline="") as f:
         written = list(csv.DictReader(f))
