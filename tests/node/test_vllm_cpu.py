@@ -252,7 +252,9 @@ def test_real_vllm_cpu_soak(tmp_path):
     assert set(by["errors"]) == {0} and max(by["in_flight"]) == 16
     # Metrics scrapes: vLLM 0.32 says kv_cache_usage_perc; the 16 + 4 requests of the two
     # clients fit its 128 sequences at once (its gauges lag: many scrapes read 0 running).
-    assert len(by["requests_running"]) == len(tokens) and max(by["requests_running"]) <= 20
+    # One scrape a window, but a scrape slowed by a contended CPU may miss its window (CI once
+    # had 6 scrapes for 7 windows), as the server's counter comparison below allows too.
+    assert len(tokens) - 2 <= len(by["requests_running"]) <= len(tokens) and max(by["requests_running"]) <= 20
     assert set(by["requests_waiting"]) == {0.0} and set(by["preemptions"]) == {0.0}
     assert all(0 <= v <= 1 for v in by["kv_cache_usage"])
     # (No assertion that a gauge read non-zero: sampled gauges may read 0 in every scrape under
