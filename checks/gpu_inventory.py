@@ -1,6 +1,6 @@
 """GPU inventory: the GPUs a node shows, against the count and model its platform has."""
 
-from preflight.check import fail, host_check, ok, skip
+from preflight.check import fail, host_check, ok, skip, warn
 
 
 @host_check("gpu-inventory", facts=["smi", "smi_probe"],
@@ -27,4 +27,11 @@ def gpu_inventory(host):
                     evidence=[host.excerpt(host.smi_probe,
                                            r"[Aa]ttached GPUs|<attached_gpus>|Product Name|product_name")],
                     data=data)
+    if seen > expected:
+        # More GPUs than the platform has: the wrong profile, a board that is not what it was
+        # sold as, or a listing counted twice. Not a fault of a GPU, but nothing to pass either.
+        return warn(f"{seen} GPUs visible, more than the {expected} of a {host.profile.name} ({versions}): "
+                    "check the platform profile (--profile) and the node's hardware",
+                    symptoms=["gpu-count-unexpected"],
+                    evidence=[host.excerpt(host.smi_probe, r"[Aa]ttached GPUs|<attached_gpus>")], data=data)
     return ok(f"{seen} x {', '.join(models)} ({versions})", data=data)

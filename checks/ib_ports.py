@@ -29,7 +29,9 @@ from preflight.check import fail, host_check, ok, skip, warn
 from preflight.judge.context import EvidenceMissing
 from preflight.knowledge.nic_matrix import expects_nics
 
-FACTS = ["ib", "ib_probe", "nics"]
+from ._nic import nic_absence_excused
+
+FACTS = ["ib", "ib_probe", "nics", "smi"]  # smi: whether the platform (and so its NICs) is known
 PORT_LINES = r"[Ss]tate|[Rr]ate:|lid|[Ll]ink[ _]layer|active_width|active_speed"
 NO_LID = 65535  # the LID a port keeps until a subnet manager assigns one
 
@@ -38,8 +40,8 @@ def _inventory(host, missing_fails: bool):
     """(inventory, None), or (None, the outcome) when there is no device to judge."""
     try:
         inventory = host.ib
-    except EvidenceMissing:
-        if expects_nics(host.profile):
+    except EvidenceMissing as exc:
+        if not nic_absence_excused(host, exc):
             raise
         return None, skip(f"no RDMA evidence and the profile expects no NIC ({host.profile.why})")
     if not inventory.devices:

@@ -11,6 +11,9 @@ How faulty is told from normal:
   all_reduce_perf always prints it. (A capture cut by hand looks the same; the summary says so.)
 - Failure (``nccl-failed``, FAIL): a repetition that exited non-zero otherwise, printed
   nccl-tests' "Test ... failure", or exited 0 without a complete table.
+- Unreadable (ERROR, ``probe-unreadable``): a repetition that printed its "Avg bus bandwidth"
+  footer, so the tool says it ran its table, but has no result row that reads. Neither a pass
+  nor a hang: the output itself is mangled.
 - Intermittent (``nccl-unstable``, FAIL): some repetitions hang or fail while others pass, the
   field sign of NIC firmware the driver does not expect.
 - Variation (``nccl-unstable``, WARN): the coefficient of variation (sample stdev / mean) of busbw at the
@@ -79,6 +82,12 @@ def nccl_all_reduce(host):
     _judge_signatures(host, out, reps, v)
 
     summary = "; ".join(v.fails + v.warns + v.infos)
+    unreadable = [(rep.number, why) for rep, state, why in states if state == "unreadable"]
+    if unreadable and not v.fails:
+        first, why = unreadable[0]
+        return error(f"unreadable output: {len(unreadable)} of {len(reps)} repetitions (#{first}: {why})"
+                     + (f"; {summary}" if summary else ""), symptoms=["probe-unreadable", *v.symptoms],
+                     evidence=[_tail_evidence(host), *v.evidence], data=v.data)
     if not reps and not v.fails:
         return error(f"no all_reduce result in the output{'; ' + summary if summary else ''}",
                      symptoms=v.symptoms, evidence=v.evidence, data=v.data)
@@ -113,7 +122,11 @@ class _Verdict:
 
 
 def _state(rep: Repetition, out: NcclProbeOutput) -> tuple[str, str]:
-    """("passed" | "hung" | "failed", why) for one repetition."""
+    """("passed" | "hung" | "failed" | "unreadable", why) for one repetition."""
+    if rep.exit_code in (0, None) and rep.complete and not rep.errors and not any(run.rows for run in rep.runs):
+        # The tool printed its footer, so it says it ran its table, yet no result row reads:
+        # the output is mangled, neither a pass nor a hang.
+        return "unreadable", "an 'Avg bus bandwidth' footer but no result row could be read"
     marked = rep.state()
     if marked is not None:
         return marked

@@ -26,21 +26,23 @@ from __future__ import annotations
 
 from preflight.check import fail, host_check, ok, skip, warn
 from preflight.judge.context import EvidenceMissing
-from preflight.knowledge.nic_matrix import NEWER, OK, UNDECIDED, driver_label, expects_nics, judge
+from preflight.knowledge.nic_matrix import NEWER, OK, UNDECIDED, driver_label, judge
+
+from ._nic import nic_absence_excused
 
 FW_LINES = r"fw_ver|Firmware version|firmware-version|hca_type|CA type|vendor_part_id|Device Type|^\s*FW\s|<FW "
 # Older, unsupported and pin-mismatch verdicts carry the cause id itself.
 SYMPTOM = {NEWER: "nic-fw-newer-than-driver", UNDECIDED: "nic-fw-unverified"}
 
 
-@host_check("nic-fw-driver-mismatch", facts=["nics", "driver_release", "nic_matrix"],
+@host_check("nic-fw-driver-mismatch", facts=["nics", "driver_release", "nic_matrix", "smi"],
             summary="ConnectX firmware matches what the installed mlx5 driver release ships")
 def nic_fw_driver_mismatch(host):
     matrix = host.nic_matrix  # a broken site policy is an error whatever the profile
     try:
         nics = host.nics
-    except EvidenceMissing:
-        if expects_nics(host.profile):
+    except EvidenceMissing as exc:
+        if not nic_absence_excused(host, exc):
             raise
         return skip(f"no RDMA NIC evidence and the profile expects no NIC ({host.profile.why})")
     if not nics:

@@ -21,10 +21,12 @@ from collections import Counter
 
 from preflight.check import fail, fleet_check, host_check, ok, skip
 from preflight.judge.context import EvidenceMissing
-from preflight.knowledge.nic_matrix import expects_nics, judge
+from preflight.knowledge.nic_matrix import judge
 from preflight.parse.versions import parse_version
 
-FACTS = ["nics", "driver_release", "nic_matrix"]
+from ._nic import nic_absence_excused
+
+FACTS = ["nics", "driver_release", "nic_matrix", "smi"]  # smi: whether the platform (and so its NICs) is known
 FW_LINES = r"fw_ver|Firmware version|firmware-version|^\s*FW\s|<FW "
 
 
@@ -62,8 +64,8 @@ def nic_fw_inconsistent(host):
     matrix = host.nic_matrix  # first: a broken site policy is an error whatever the profile
     try:
         nics = host.nics
-    except EvidenceMissing:
-        if expects_nics(host.profile):
+    except EvidenceMissing as exc:
+        if not nic_absence_excused(host, exc):
             raise
         return skip(f"no NIC evidence and the profile expects no NIC ({host.profile.why})")
     groups = _by_model(nics)

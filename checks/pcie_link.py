@@ -50,7 +50,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.check import fail, host_check, ok, skip, warn
+from preflight.check import error, fail, host_check, ok, skip, warn
 from preflight.judge.context import EvidenceMissing
 from preflight.model import Evidence
 
@@ -119,6 +119,12 @@ def pcie_link(host):
                         symptoms=["pcie-link-degraded"], evidence=v.evidence, data=data, action=action))
     if out:
         return out
+    # A source that is there but cannot be read is not "healthy": what it would have shown is
+    # unknown (random bytes as the kernel log would otherwise pass on smi and lspci alone).
+    unreadable = [exc for exc in missing if "probe-unreadable" in exc.symptoms]
+    if unreadable:
+        return error("; ".join(v.healthy or ["no PCIe link could be judged"]) + tail,
+                     symptoms=["probe-unreadable"], evidence=[e for exc in unreadable for e in exc.evidence], data=data)
     if v.healthy:
         return ok("; ".join(v.healthy) + tail, data=data)
     return skip("no PCIe link could be judged" + tail, data=data)

@@ -11,7 +11,7 @@ The findings come out host by host, as the soak's report always had them
 """
 
 from preflight.check import error, skip, soak_check
-from preflight.contracts import TELEMETRY_CSV
+from preflight.contracts import SOAK_JSON, TELEMETRY_CSV
 
 
 @soak_check("soak-thermal", summary="no GPU held a thermal slowdown reason or its slowdown temperature "
@@ -40,11 +40,18 @@ def soak_outliers(soak):
     return [soak.judge_outliers(host) for host in soak.sampled_hosts]
 
 
-@soak_check("soak-telemetry", summary="every host has GPU telemetry and every GPU kept reporting to the "
-            "end (gpu-fallen-off-bus); gaps are noted")
+@soak_check("soak-telemetry", summary="every host's agent finished and covered the planned length "
+            "(soak-incomplete), has GPU telemetry and every GPU kept reporting to the end "
+            "(gpu-fallen-off-bus); gaps are noted")
 def soak_telemetry(soak):
+    if not soak.hosts:
+        yield error(f"no host in {SOAK_JSON}, the telemetry or the agents' record: nothing was soaked")
     for host in soak.hosts:
-        if soak.gpus[host]:
+        # A soak that stopped early or whose agent died is not a pass, whatever its samples say.
+        short = soak.judge_coverage(host)
+        if short is not None:
+            yield short
+        elif soak.gpus[host]:
             yield soak.judge_telemetry(host)
         elif host in soak.no_telemetry:
             yield skip(f"no GPU telemetry: {soak.no_telemetry[host]}; temperature, clocks and power not judged",

@@ -43,11 +43,23 @@ def worst(statuses) -> Status:
 
 @dataclass(frozen=True)
 class Host:
-    """One inventory entry: ``[user@]name[:port]``."""
+    """One inventory entry: ``[user@]name[:port]``.
+
+    ``name`` is the host's key everywhere after the inventory (bundle directory, report,
+    progress); ``address`` is what SSH connects to when it differs from the name: an IPv6
+    literal (no ``:`` may reach a file name), or a name shared by entries that differ in user
+    or port, which are different nodes (behind one bastion, say) and each get a name of their
+    own (``collect/inventory.py``)."""
 
     name: str
     user: str | None = None
     port: int | None = None
+    address: str | None = None
+
+    @property
+    def target(self) -> str:
+        """What to connect to."""
+        return self.address or self.name
 
     def __str__(self) -> str:
         return self.name

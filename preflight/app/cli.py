@@ -38,7 +38,7 @@ from preflight.evidence.bundle import new_run_id, read_bundle
 from preflight.evidence.merge import plan_merge, read_sources, write_merged
 from preflight.judge.facts import FACTS, probes_of
 from preflight.judge.loader import load_checks, select
-from preflight.knowledge.datafile import positive
+from preflight.knowledge.datafile import LONGEST_S, positive
 from preflight.knowledge.profiles import load_profiles
 from preflight.report import diff, json_report, prometheus, terminal
 from preflight.report.diff import ReportError, diff_reports, load_report, render
@@ -61,7 +61,7 @@ def _active_test_options(run: argparse.ArgumentParser) -> None:
                    help="repetitions of all_reduce_perf per node (default 5)")
     g.add_argument("--nccl-max-bytes", type=_size, default="8G", metavar="SIZE",
                    help="largest message, e.g. 8G, 512M or bytes (default 8G)")
-    g.add_argument("--nccl-timeout", type=_positive(float), default=300.0, metavar="SECONDS",
+    g.add_argument("--nccl-timeout", type=_positive(float, LONGEST_S), default=300.0, metavar="SECONDS",
                    help="limit per repetition; one that runs longer counts as hung (default 300)")
     g.add_argument("--nccl-tests-dir", metavar="DIR",
                    help="where all_reduce_perf lives on the nodes (default: PATH, else torch fallback)")
@@ -128,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     options.add_targets(run)
     options.add_ssh(run)
     run.add_argument("--parallel", type=_positive(int), default=64, help="hosts probed at once (default 64)")
-    run.add_argument("--timeout", type=_positive(float), default=30.0, help="seconds per probe (default 30)")
-    run.add_argument("--node-timeout", type=_positive(float), metavar="SECONDS",
+    run.add_argument("--timeout", type=_positive(float, LONGEST_S), default=30.0, help="seconds per probe (default 30)")
+    run.add_argument("--node-timeout", type=_positive(float, LONGEST_S), metavar="SECONDS",
                      help="seconds a node's static probes may take in all (default 4 x --timeout; "
                           "active tests add their own limits)")
     run.add_argument("--per-node", type=_positive(int), default=4, metavar="N",
@@ -210,7 +210,8 @@ def _load_checks(args, scopes: tuple[str, ...] = ("host", "fleet")):
     """The checks of these scopes (a bundle's by default; the soak's are run by its analysis),
     narrowed to ``--checks``."""
     checks = [c for c in load_checks(args.checks_dir) if c.scope in scopes]
-    wanted = [c.strip() for c in args.checks.split(",") if c.strip()] if getattr(args, "checks", None) else None
+    given = getattr(args, "checks", None)
+    wanted = [c.strip() for c in given.split(",") if c.strip()] if given is not None else None
     return select(checks, wanted)
 
 
@@ -303,7 +304,7 @@ def analyze_saved(args):
     if (root / "bundle" / "bundle.json").is_file():
         root = root / "bundle"
     run_id = "analyze-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    out = args.out / run_id
+    out = targets.out_dir_of(args) / run_id
     if (root / "soak.json").is_file() and not (root / "bundle.json").is_file():
         return out, _analyze_soak(root, out, args)
     if getattr(args, "slo", None):
@@ -449,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     console = Console()
-    err = Console(stderr=True)
+    # Error messages name files and options: never folded inside a path, whatever the width.
+    err = Console(stderr=True, soft_wrap=True)
 
     handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts,
                 "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge,

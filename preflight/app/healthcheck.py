@@ -81,7 +81,9 @@ def plan_for(probes, budget_s: float, per_node: int = 4) -> ExecPlan:
     # No active tests, so no second readings after them either.
     static = tuple(p for p in probes if not p.active and not p.after_active)
     # mlxfwmanager's own 120 s limit does not fit a 60 s budget: every probe gets the run's limit.
-    static = tuple(p if p.timeout_s is None else replace(p, timeout_s=None) for p in static)
+    static = tuple(p if p.timeout_s is None and p.timeout_factor is None else replace(p, timeout_s=None,
+                                                                                       timeout_factor=None)
+                   for p in static)
     return ExecPlan(static, timeout_s=min(30.0, budget_s / 3), per_node=per_node, node_timeout_s=budget_s * 0.75)
 
 

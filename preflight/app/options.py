@@ -15,6 +15,8 @@ from typing import Any
 
 from preflight.knowledge.datafile import positive
 
+MAX_PORT = 65535
+
 
 @dataclass(frozen=True)
 class Option:
@@ -40,7 +42,7 @@ TARGETS = (
 )
 SSH = (
     Option(("--user",), dict(help="SSH user (default: ssh config, then the current user)"), "user"),
-    Option(("--port",), dict(type=positive(int), help="SSH port (default: ssh config, then 22)"), "port"),
+    Option(("--port",), dict(type=positive(int, MAX_PORT), help="SSH port (default: ssh config, then 22)"), "port"),
     Option(("--identity", "-i"), dict(type=Path, metavar="KEY", help="SSH private key"), "identity", True),
     Option(("--ssh-config",), dict(type=Path, metavar="FILE", help="OpenSSH client config (default: ~/.ssh/config)"),
            "ssh-config", True),
@@ -48,7 +50,7 @@ SSH = (
     Option(("--accept-new-host-keys",), dict(action="store_true",
                                              help="accept host keys not in known_hosts (default: reject them)"),
            "accept-new-host-keys"),
-    Option(("--connect-timeout",), dict(type=positive(float), default=10.0, metavar="SECONDS",
+    Option(("--connect-timeout",), dict(type=positive(float, 3600.0), default=10.0, metavar="SECONDS",
                                         help="seconds to connect (default 10)"), "connect-timeout"),
 )
 OUTPUT = (

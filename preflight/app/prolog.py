@@ -36,6 +36,7 @@ def exit_code(status: str) -> int:
 
 
 def without_limits_beyond(probes, budget_s: float):
-    """A probe's own limit above a third of the budget would outlive the prolog."""
+    """A probe's own limit above a third of the budget (or a multiple of the run's timeout) would
+    outlive the prolog."""
     return tuple(p if p.timeout_s is None or p.timeout_s <= budget_s / 3 else replace(p, timeout_s=None)
-                 for p in probes)
+                 for p in (replace(p, timeout_factor=None) if p.timeout_factor else p for p in probes))

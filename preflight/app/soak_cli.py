@@ -17,7 +17,7 @@ from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.collect.local import local_host_name
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.evidence.bundle import new_run_id
-from preflight.knowledge.datafile import positive
+from preflight.knowledge.datafile import LONGEST_S, positive
 from preflight.soak.controller import analyze_and_show, follow
 from preflight.soak.plan import (
     ENGINES,
@@ -63,8 +63,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     where = options.add_targets(p)
     where.add_argument("--attach", metavar="RUN_ID", help="re-attach to a run: watch it, collect and analyse")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--hours", type=_positive, help="run length in hours (default 1)")
-    length.add_argument("--minutes", type=_positive, help="run length in minutes")
+    length.add_argument("--hours", type=positive(float, LONGEST_S / 3600), help="run length in hours (default 1)")
+    length.add_argument("--minutes", type=positive(float, LONGEST_S / 60), help="run length in minutes")
     p.add_argument("--engine", choices=ENGINES, help="load: burn (PyTorch GEMM + HBM copy; the default), vllm "
                    "(serve --model with dummy weights and load it), endpoint (load --endpoint URL), or none "
                    "(telemetry only, you load the GPUs)")
@@ -102,7 +102,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-_positive = positive(float)
+_positive = positive(float, LONGEST_S)
 
 
 # The command line's options for the serving engines (argparse dest -> the engines they apply to).
@@ -152,7 +152,8 @@ def plan_from_args(args, local_name: str, run_id: str | None = None) -> SoakPlan
 
 
 def cmd_soak(args, console: Console) -> int:
-    err = Console(stderr=True)
+    # Error messages name files and options: never folded inside a path, whatever the width.
+    err = Console(stderr=True, soft_wrap=True)
     try:
         if args.attach:
             plan = load_plan(args.out, args.attach)

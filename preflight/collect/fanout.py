@@ -41,7 +41,9 @@ class ExecPlan:
     node_runner: bool = False  # SSH: one channel per node, the probes run by the node itself (collect/batch.py)
 
     def limit_for(self, probe: Probe) -> float:
-        return probe.timeout_s if probe.timeout_s is not None else self.timeout_s
+        if probe.timeout_s is not None:
+            return probe.timeout_s
+        return self.timeout_s * (probe.timeout_factor or 1.0)
 
     def node_budget(self) -> float:
         """Seconds a node may take in all: the static probes' budget plus every active probe's

@@ -363,7 +363,10 @@ def run_multinode(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, Pro
     counts = {h.name: gpus_of(evidence[h.name]) for h in hosts if h.name in evidence}
     members = [h for h in hosts if counts.get(h.name)]
     if len(members) < 2:
-        return f"{len(members)} reachable host(s) with a known GPU count: a multi-node run needs two"
+        why = f"{len(members)} reachable host(s) with a known GPU count: a multi-node run needs two"
+        # Recorded, so the nccl-multinode finding says why the run asked for did not happen.
+        on_result(ProbeResult(PROBE_FULL, fleet_host, (), None, "", None, now_iso(), 0.0, False, why))
+        return why
     # NCCL_TESTS_SPLIT's DIV/MOD need the same ranks on every node: the smallest count is used.
     gpus = min(counts[h.name] for h in members)
     names = [h.name for h in members]

@@ -21,6 +21,9 @@ class Probe:
     description: str
     tool: str  # the program whose absence means "tool-missing"
     timeout_s: float | None = None  # None: the run's --timeout
+    # A slow tool's limit as a multiple of --timeout, so --timeout still bounds it (mlxfwmanager
+    # queries every adapter's flash: 4 x the default 30 s is the 120 s it used to have fixed).
+    timeout_factor: float | None = None
     active: bool = False  # loads the node (a benchmark); `run --quick` leaves its checks out
     # A second reading taken after the active probes (IB error counters: what grew under load);
     # a run without active probes leaves it out.

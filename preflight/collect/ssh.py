@@ -15,6 +15,7 @@ give up on it); the controller stops waiting a grace period later.
 
 from __future__ import annotations
 
+import logging
 import shlex
 import socket
 import threading
@@ -29,6 +30,11 @@ from fabric import Config, Connection
 from preflight.collect import known_hosts
 from preflight.collect.node import KILL_AFTER_S, TIMEOUT_EXIT, CommandResult, not_run, now_iso
 from preflight.model import Host
+
+# paramiko logs a failed handshake with its traceback; with no handler configured, Python's
+# last-resort handler prints that on stderr. Every failure here is a result with its reason
+# (describe_connect_error), so paramiko's own log stays silent unless a caller sets one up.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 # Beyond a command's own limit, how long the controller waits for the node's `timeout` to
 # have ended it and the channel to close, before it gives up on the channel.
@@ -47,15 +53,21 @@ class SshOptions:
 
 
 def _connect(host: Host, ssh: SshOptions) -> Connection:
-    connect_kwargs: dict = {"allow_agent": True, "look_for_keys": True}
+    # The banner wait fits inside the connect timeout: a port that accepts and then says
+    # nothing (a hung sshd) costs --connect-timeout, not paramiko's own 15 s, and fails as "no
+    # banner". paramiko waits for the handshake as long as the connect timeout and then goes on
+    # to authenticate regardless ("No existing session"), so the banner wait ends a little first.
+    banner_s = max(ssh.connect_timeout_s / 2, ssh.connect_timeout_s - 0.5)
+    connect_kwargs: dict = {"allow_agent": True, "look_for_keys": True, "banner_timeout": banner_s}
     if ssh.identity:
         connect_kwargs["key_filename"] = [str(ssh.identity)]
     conn = Connection(
-        host.name,
+        host.target,
         user=host.user or ssh.user,
         port=host.port or ssh.port,
         config=_base_config(ssh.ssh_config),
-        connect_timeout=int(ssh.connect_timeout_s),
+        # A float: int() made 0.5 s into 0, which paramiko reads as no timeout at all.
+        connect_timeout=ssh.connect_timeout_s,
         connect_kwargs=connect_kwargs,
     )
     client = conn.client
@@ -102,6 +114,9 @@ def _base_config(ssh_config: Path | None) -> Config:
 
 
 def describe_connect_error(exc: BaseException) -> str:
+    if isinstance(exc, paramiko.SSHException) and "protocol banner" in str(exc):
+        return ("no SSH banner: the port accepted the connection but no SSH server answered "
+                "(sshd hung, overloaded, or another service on the port)")
     if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
         return f"host key unknown: {exc} (add it to known_hosts, or pass --accept-new-host-keys)"
     if isinstance(exc, paramiko.BadHostKeyException):

@@ -18,13 +18,15 @@ tool is absent; the ``.json`` says which.
 from __future__ import annotations
 
 import json
-import os
+import math
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from preflight.evidence.atomic import write_atomic
 from preflight.model import ProbeResult
 
 FORMAT = "preflight-bundle/1"
@@ -34,12 +36,6 @@ FLEET_HOST = "fleet-"
 
 class BundleError(ValueError):
     """The directory is not a readable preflight bundle; the message says where and why."""
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _safe_component(name: str, what: str) -> str:
@@ -58,7 +54,7 @@ class BundleWriter:
         header = {"format": FORMAT, "created": created, "hosts": hosts}
         if meta:
             header.update(meta)
-        _atomic_write(self.root / "bundle.json", (json.dumps(header, indent=2) + "\n").encode())
+        write_atomic(self.root / "bundle.json", (json.dumps(header, indent=2) + "\n").encode())
         # What was written, as the reader sees it: bundle.json goes through JSON, so does this.
         self.header: dict = json.loads(json.dumps(header))
         self._results: dict[str, dict[str, ProbeResult]] = {}
@@ -72,9 +68,9 @@ class BundleWriter:
         probe = _safe_component(result.probe, "probe")
         stdout = result.stdout if result.stdout is not None and not result.tool_missing else None
         if stdout is not None:
-            _atomic_write(host_dir / f"{probe}.txt", stdout)
+            write_atomic(host_dir / f"{probe}.txt", stdout)
         meta = result.meta()
-        _atomic_write(host_dir / f"{probe}.json", (json.dumps(meta, indent=2) + "\n").encode())
+        write_atomic(host_dir / f"{probe}.json", (json.dumps(meta, indent=2) + "\n").encode())
         # Kept as the reader will see it (same normalisation), so that a run judges the bundle
         # without reading back every file it has just written.
         self._results.setdefault(result.host, {})[probe] = _result_from(result.host, probe, stdout, meta)
@@ -103,42 +99,87 @@ class Bundle:
 
 
 def read_bundle(root: Path) -> Bundle:
+    """The bundle at ``root``; ``BundleError`` naming the file and field for anything that
+    breaks the contract (docs/contracts.md §3), a link that leaves the bundle included."""
     header_path = root / "bundle.json"
     if not header_path.is_file():
         raise BundleError(f"{root}: not a bundle (no bundle.json)")
-    try:
-        header = json.loads(header_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{header_path}: invalid JSON ({exc})") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise BundleError(f"{header_path}: field 'format' is {header.get('format')!r}, expected {FORMAT!r}"
-                          if isinstance(header, dict) else f"{header_path}: not a JSON object")
+    base = root.resolve()
+    header = _read_json(header_path, base)
+    if header.get("format") != FORMAT:
+        raise BundleError(f"{header_path}: field 'format' is {header.get('format')!r}, expected {FORMAT!r}")
     hosts = header.get("hosts")
     if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
         raise BundleError(f"{header_path}: field 'hosts' must be a list of host names")
+    twice = sorted({h for h in hosts if hosts.count(h) > 1})
+    if twice:
+        raise BundleError(f"{header_path}: field 'hosts' lists {', '.join(twice)} more than once")
+    if not isinstance(header.get("created", ""), str):
+        raise BundleError(f"{header_path}: field 'created' must be an ISO-8601 string")
     results: dict[str, dict[str, ProbeResult]] = {}
     for host in hosts:
         host_dir = root / "hosts" / _safe_component(host, "host")
-        results[host] = _read_host(host, host_dir) if host_dir.is_dir() else {}
+        results[host] = _read_host(host, host_dir, base) if host_dir.is_dir() else {}
     fleet_dir = root / "hosts" / FLEET_HOST
-    fleet = _read_host(FLEET_HOST, fleet_dir) if fleet_dir.is_dir() else {}
+    fleet = _read_host(FLEET_HOST, fleet_dir, base) if fleet_dir.is_dir() else {}
     return Bundle(root, str(header.get("created", "")), tuple(hosts), results, header, fleet)
 
 
-def _read_host(host: str, host_dir: Path) -> dict[str, ProbeResult]:
+def _inside(path: Path, base: Path) -> Path:
+    """``path``, refused when it (or a link on the way) leads out of the bundle: a bundle
+    received from elsewhere must not make the analyst's own files (an SSH key) into evidence."""
+    resolved = path.resolve()
+    if resolved != base and base not in resolved.parents:
+        raise BundleError(f"{path}: a link to {resolved}, outside the bundle; refused")
+    return path
+
+
+def _read_json(path: Path, base: Path) -> dict:
+    try:
+        doc = json.loads(_inside(path, base).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path}: invalid JSON ({exc})") from None
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read ({exc.strerror})") from None
+    if not isinstance(doc, dict):
+        raise BundleError(f"{path}: not a JSON object")
+    return doc
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# Each field of a probe's .json: (what it must be, the test). JSON has a boolean, so
+# "timed_out": "false" is refused rather than read as a hang (any non-empty string is truthy).
+_META_FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "command": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v)),
+    "exit_code": ("an integer or null", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "stderr": ("a string", lambda v: isinstance(v, str)),
+    "started": ("an ISO-8601 string", lambda v: isinstance(v, str)),
+    "duration_s": ("a finite number of seconds", _is_number),
+    "timed_out": ("true or false", lambda v: isinstance(v, bool)),
+    "error": ("a string", lambda v: isinstance(v, str)),
+}
+
+
+def _read_meta(path: Path, base: Path) -> dict:
+    meta = _read_json(path, base)
+    for key, (kind, ok) in _META_FIELDS.items():
+        if meta.get(key) is not None and not ok(meta[key]):
+            raise BundleError(f"{path}: field {key!r} must be {kind}, not {meta[key]!r}")
+    return meta
+
+
+def _read_host(host: str, host_dir: Path, base: Path) -> dict[str, ProbeResult]:
     probes: dict[str, ProbeResult] = {}
+    _inside(host_dir, base)
     ids = {p.stem for p in host_dir.iterdir() if p.suffix in (".txt", ".json") and not p.name.startswith(".")}
     for probe in sorted(ids):
         txt, meta_path = host_dir / f"{probe}.txt", host_dir / f"{probe}.json"
-        meta: dict = {}
-        if meta_path.is_file():
-            try:
-                meta = json.loads(meta_path.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise BundleError(f"{meta_path}: invalid JSON ({exc})") from None
-            if not isinstance(meta, dict):
-                raise BundleError(f"{meta_path}: not a JSON object")
-        probes[probe] = _result_from(host, probe, txt.read_bytes() if txt.is_file() else None, meta)
+        meta = _read_meta(meta_path, base) if meta_path.is_file() else {}
+        stdout = _inside(txt, base).read_bytes() if txt.is_file() else None
+        probes[probe] = _result_from(host, probe, stdout, meta)
     return probes
 
 

@@ -7,13 +7,12 @@ agree. A check that raises never takes the analysis down: it becomes an ERROR fi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from preflight.check import Outcome
 from preflight.collect.probes import PROBES as PROBES_BY_ID
 from preflight.contracts import SLURM_ERROR
 from preflight.evidence.bundle import Bundle, host_reachability
 from preflight.judge.context import EvidenceMissing, FleetContext, HostContext
+from preflight.judge.outcomes import CheckOutputError, outcomes_of
 from preflight.knowledge.profiles import GENERIC, Profile, detect
 from preflight.model import Check, Evidence, Finding, HostVerdict, Status, worst
 
@@ -53,10 +52,15 @@ def judge(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile],
             if check.scope == "host":
                 findings.extend(_run_host_check(check, ctx))
 
+    if not bundle.hosts:
+        # Nothing was checked, which is not the same as everything passing.
+        findings.append(Finding(CONNECTIVITY, None, Status.ERROR,
+                                "the bundle lists no host (bundle.json \"hosts\" is empty): nothing was checked",
+                                ("run-incomplete",)))
     fleet = FleetContext(contexts, bundle.fleet)
     for check in checks:
         if check.scope == "fleet":
-            findings.extend(_run_fleet_check(check, fleet))
+            findings.extend(_run_fleet_check(check, fleet, tuple(bundle.hosts)))
 
     hosts = {}
     statuses: dict[str | None, list[Status]] = {}
@@ -109,36 +113,32 @@ def _profile_for(ctx: HostContext, profiles: dict[str, Profile], forced: str | N
     return detect(profiles, names)
 
 
-def _as_outcomes(returned) -> Iterable[Outcome]:
-    if returned is None:
-        return []
-    if isinstance(returned, Outcome):
-        return [returned]
-    return list(returned)
-
-
 def _finding(check: Check, host: str | None, o: Outcome) -> Finding:
     return Finding(check.id, o.host or host, o.status, o.summary, o.symptoms, o.evidence, o.data, o.action)
 
 
+def _crashed(check: Check, host: str | None, exc: BaseException) -> Finding:
+    what = str(exc) if isinstance(exc, CheckOutputError) else f"{type(exc).__name__}: {exc}"
+    return Finding(check.id, host, Status.ERROR, f"check crashed: {what} ({check.origin})", ("check-crashed",))
+
+
 def _run_host_check(check: Check, ctx: HostContext) -> list[Finding]:
     try:
-        outcomes = _as_outcomes(check.func(ctx))
+        # A host check speaks of its own host only.
+        outcomes = outcomes_of(check.func(ctx), hosts=(ctx.name,))
     except EvidenceMissing as exc:
         if not exc.collected:
             return [Finding(check.id, ctx.name, Status.SKIP, f"not judged: {exc}")]
         return [Finding(check.id, ctx.name, Status.ERROR, f"cannot judge: {exc}", exc.symptoms, exc.evidence)]
     except Exception as exc:  # noqa: BLE001 - a broken check is reported, not fatal
-        return [Finding(check.id, ctx.name, Status.ERROR,
-                        f"check crashed: {type(exc).__name__}: {exc} ({check.origin})", ("check-crashed",))]
+        return [_crashed(check, ctx.name, exc)]
     if not outcomes:
         return [Finding(check.id, ctx.name, Status.SKIP, "nothing to check")]
     return [_finding(check, ctx.name, o) for o in outcomes]
 
 
-def _run_fleet_check(check: Check, fleet: FleetContext) -> list[Finding]:
+def _run_fleet_check(check: Check, fleet: FleetContext, inventory: tuple[str, ...] | None = None) -> list[Finding]:
     try:
-        return [_finding(check, None, o) for o in _as_outcomes(check.func(fleet))]
+        return [_finding(check, None, o) for o in outcomes_of(check.func(fleet), hosts=inventory)]
     except Exception as exc:  # noqa: BLE001
-        return [Finding(check.id, None, Status.ERROR,
-                        f"check crashed: {type(exc).__name__}: {exc} ({check.origin})", ("check-crashed",))]
+        return [_crashed(check, None, exc)]

@@ -105,10 +105,19 @@ def _strongest(failures: list[EvidenceMissing]) -> EvidenceMissing:
 
 @fact("smi_evidence", probes=("nvidia-smi-q-x", "nvidia-smi-q"))
 def _smi_evidence(ctx: HostContext) -> tuple[str, SmiReport]:
-    """(probe, SmiReport): the XML probe, else the text one."""
+    """(probe, SmiReport): the XML probe, else the text one; an XML that is there but
+    unreadable (cut mid-file) falls back to the text, its reason kept in the report's notes."""
     probe, text = ctx.first_text("nvidia-smi-q-x", "nvidia-smi-q")
-    parse = nvidia_smi.parse_smi_xml if probe == "nvidia-smi-q-x" else nvidia_smi.parse_smi_text
-    return probe, _read(probe, text, parse)
+    if probe == "nvidia-smi-q":
+        return probe, _read(probe, text, nvidia_smi.parse_smi_text)
+    try:
+        return probe, _read(probe, text, nvidia_smi.parse_smi_xml)
+    except EvidenceMissing as unreadable:
+        fallback = ctx.result("nvidia-smi-q")
+        if fallback is None or not fallback.ok:
+            raise
+        report = _read("nvidia-smi-q", fallback.text, nvidia_smi.parse_smi_text)
+        return "nvidia-smi-q", replace(report, notes=report.notes + (f"{unreadable}; read nvidia-smi-q instead",))
 
 
 @fact("smi", needs=("smi_evidence",))

@@ -105,7 +105,8 @@ def load_dir(path: Path, namespace: str) -> list[Check]:
             continue
         try:
             module = _import(file, namespace)
-        except Exception as exc:  # noqa: BLE001 - a broken plugin is reported with its origin
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin is reported with its origin
+            # SystemExit too: a module that calls sys.exit() at import must not end preflight.
             raise CheckLoadError(f"{file}: {type(exc).__name__}: {exc}") from exc
         checks += _checks_in(module, str(file))
     return checks
@@ -125,7 +126,7 @@ def load_checks(extra_dirs: Iterable[Path] = (), use_entry_points: bool = True) 
             origin = f"entry point {ep.name} ({ep.value})"
             try:
                 loaded = ep.load()
-            except Exception as exc:  # noqa: BLE001
+            except (Exception, SystemExit) as exc:  # noqa: BLE001
                 raise CheckLoadError(f"{origin}: {type(exc).__name__}: {exc}") from exc
             modules = [loaded] if isinstance(loaded, types.ModuleType) else [sys.modules[loaded.__module__]]
             for module in modules:
@@ -143,6 +144,11 @@ def select(checks: list[Check], wanted: Iterable[str] | None) -> list[Check]:
     if wanted is None:
         return checks
     wanted = list(wanted)
+    if not wanted:
+        raise CheckLoadError("--checks: no check id given; `preflight checks` lists them")
+    twice = sorted({w for w in wanted if wanted.count(w) > 1})
+    if twice:
+        raise CheckLoadError(f"--checks: {', '.join(twice)} named more than once")
     by_id = {c.id: c for c in checks}
     unknown = [w for w in wanted if w not in by_id]
     if unknown:

@@ -4,6 +4,7 @@ command-line numbers, with errors that name the file and line or the option."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +25,28 @@ def read_yaml(path: Path, error: type[Exception]) -> Any:
         raise error(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
 
 
-def positive(kind):
-    """An argparse ``type`` accepting numbers of ``kind`` above zero."""
+# The longest wait any option may ask for: a week. Beyond it a number is a typo, and a
+# "timeout 1e300" reaches the node's `timeout` command (or time.monotonic() arithmetic) as
+# something that never ends.
+LONGEST_S = 7 * 24 * 3600.0
+
+
+def positive(kind, maximum: float | None = None):
+    """An argparse ``type`` accepting finite numbers of ``kind`` above zero (and at most
+    ``maximum``): NaN compares false with everything, so without this ``nan`` passed every
+    bound and ``inf`` made a timeout that never fires."""
 
     def parse(text: str):
         try:
             value = kind(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number: {text!r}")
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:g}: {text!r}")
         return value
 
     return parse

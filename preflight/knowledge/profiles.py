@@ -9,7 +9,9 @@ holds on any node, and says so.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,19 +59,78 @@ class Profile:
         return Profile(self.id, self.name, self.data, self.source_file, why)
 
 
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _positive_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _regex(v: Any) -> bool:
+    if not isinstance(v, str):
+        return False
+    try:
+        re.compile(v)
+    except re.error:
+        return False
+    return True
+
+
+# Every key a check reads, with what it must be: a profile is data the checks trust, so a
+# string for a number or a number for a regex is refused naming the file and key, and a key
+# misspelled inside a known section ("nvlink.link_per_gpu") is refused rather than ignored.
+# Sections not listed here are a site's own and are kept as they are.
+SCHEMA: dict[str, dict[str, tuple[str, Callable[[Any], bool]]]] = {
+    "match": {"gpu_name": ("a regular expression", _regex),
+              "min_gpus": ("a whole number", _count)},
+    "gpu": {"count": ("a whole number", _count), "pci_device_id": ("a whole number", _count),
+            "power_limit_w": ("a positive number", _positive_number)},
+    "nvlink": {"links_per_gpu": ("a whole number", _count),
+               "link_speed_gbs": ("a positive number", _positive_number),
+               "pair_topology": ("a string", lambda v: isinstance(v, str)),
+               **{flag: ("true or false", lambda v: isinstance(v, bool))
+                  for flag in ("fabric_manager", "nvlsm", "check_fabric_state", "fabric_clique_required")}},
+    "nic": {"family": ("a string", lambda v: isinstance(v, str)), "count": ("a whole number", _count),
+            "rate_gbps": ("a positive number", _positive_number),
+            "gpu_nic_max_path": ("a string", lambda v: isinstance(v, str)),
+            "policy_file": ("a file path", lambda v: isinstance(v, str) and bool(v))},
+    "nccl": {key: ("a positive number", _positive_number)
+             for key in ("all_reduce_busbw_gbs", "all_reduce_busbw_ring_gbs", "inter_node_busbw_per_nic_gbs")},
+}
+
+
+def _schema_error(data: dict) -> str | None:
+    """The first key of a profile that breaks ``SCHEMA``, as "field 'KEY' must be WHAT", or None."""
+    for section, keys in SCHEMA.items():
+        value = data.get(section)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            return f"field {section!r} must be a mapping, not {value!r}"
+        for key, item in value.items():
+            if key not in keys:
+                return f"field '{section}.{key}' is not a profile key (known: {', '.join(keys)})"
+            kind, ok = keys[key]
+            if item is not None and not ok(item):
+                return f"field '{section}.{key}' must be {kind}, not {item!r}"
+    sources = data.get("sources")
+    if sources is not None and (not isinstance(sources, dict)
+                                or not all(isinstance(v, str) for v in sources.values())):
+        return "field 'sources' must map keys to strings"
+    return None
+
+
 def load_profile_file(path: Path) -> Profile:
     data = read_yaml(path, ProfileError)
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: a profile must be a YAML mapping")
     for key in ("id", "name"):
-        if not isinstance(data.get(key), str):
+        if not isinstance(data.get(key), str) or not data[key]:
             raise ProfileError(f"{path}: field '{key}' must be a string")
-    pattern = (data.get("match") or {}).get("gpu_name")
-    if pattern is not None:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ProfileError(f"{path}: field 'match.gpu_name' is not a valid regex ({exc})") from None
+    bad = _schema_error(data)
+    if bad:
+        raise ProfileError(f"{path}: {bad}")
     return Profile(data["id"], data["name"], data, str(path))
 
 

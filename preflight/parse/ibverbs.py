@@ -100,8 +100,12 @@ def _phys_state(raw: str) -> str | None:
 def _int(raw: str | None) -> int | None:
     if raw is None:
         return None
-    match = re.match(r"\s*(0x[0-9a-fA-F]+|\d+)", raw)
-    return int(match.group(1), 0) if match else None
+    match = re.match(r"\s*(?:0x([0-9a-fA-F]{1,16})|(\d{1,19}))", raw)
+    if not match:
+        return None
+    # Base given, not 0: int("09", 0) refuses a leading zero; and bounded, so a run of digits
+    # from a damaged capture is not read as a number Python refuses to convert.
+    return int(match.group(1), 16) if match.group(1) else int(match.group(2))
 
 
 def _guid(raw: str | None) -> str | None:
@@ -118,7 +122,7 @@ def _part_id_from_type(hca_type: str) -> int | None:
 
 def _sysfs_rate(raw: str) -> tuple[float | None, str | None, str | None]:
     """``400 Gb/sec (4X NDR)`` -> (400.0, "4X", "NDR"); a bare ``200`` (ibstat) -> (200.0, None, None)."""
-    match = re.match(r"\s*([\d.]+)\s*(?:Gb/sec)?\s*(?:\((\d+X)\s*([A-Z0-9]+)?\))?", raw)
+    match = re.match(r"\s*(\d+(?:\.\d+)?)\s*(?:Gb/sec)?\s*(?:\((\d+X)\s*([A-Z0-9]+)?\))?", raw)
     if not match:
         return None, None, None
     return float(match.group(1)), match.group(2), match.group(3)
@@ -255,7 +259,7 @@ def _ibv_port_value(port: _PortBuilder, key: str, value: str) -> None:
         width = re.match(r"(\d+X)", value)
         port.set("width", width.group(1) if width else None)
     elif key == "active_speed":
-        lane = re.match(r"([\d.]+)\s*Gbps(?:\s*\((\d+)\))?", value)
+        lane = re.match(r"(\d+(?:\.\d+)?)\s*Gbps(?:\s*\((\d+)\))?", value)
         if lane:
             port.lane_gbps = float(lane.group(1))
             if lane.group(2):

@@ -265,10 +265,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # --- PCIe and platform --------------------------------------------------------------
     _sig("pcie-bandwidth-limited",
          r"(?P<available_gbps>\d+\.\d+) Gb/s available PCIe bandwidth, limited by "
-         r"(?:(?P<speed_gts>[\d.]+) GT/s|Unknown)(?: PCIe)? x(?P<width>\d+) link "
+         r"(?:(?P<speed_gts>\d+(?:\.\d+)?) GT/s|Unknown)(?: PCIe)? x(?P<width>\d+) link "
          r"at (?P<limited_at>\S+) "
          r"\(capable of (?P<capable_gbps>\d+\.\d+) Gb/s with "
-         r"(?:(?P<capable_speed_gts>[\d.]+) GT/s|Unknown)(?: PCIe)? x(?P<capable_width>\d+) link\)",
+         r"(?:(?P<capable_speed_gts>\d+(?:\.\d+)?) GT/s|Unknown)(?: PCIe)? x(?P<capable_width>\d+) link\)",
          "a link on the path trained below what the device can do"),
     _sig("aer",
          r"AER: (?:Multiple )?(?P<severity>(?:Un)?[Cc]orrect(?:ed|able)(?: \((?:Non-)?Fatal\))?) "
@@ -418,13 +418,20 @@ def parse_kernel_log(text: str) -> KernelLog:
     # (host, driver) -> (line, device) from CONTEXT lines.
     context: dict[tuple[str | None, str | None], tuple[int, str]] = {}
     suppressed = 0
+    # Lines that carry a log prefix (timestamp, priority, facility, "kernel:") or a known
+    # message: a text with neither is not a kernel log (random bytes, another tool's output),
+    # and reading it as "no errors in N lines" would pass a node on no evidence.
+    recognised = 0
 
     for number, raw in enumerate(lines, start=1):
         prefix = _split_prefix(raw)
         message = prefix.message
         if not message:
             continue
+        if message != raw.strip():
+            recognised += 1
         if _JOURNALD_MARKER.match(message):
+            recognised += 1
             if "No entries" in message:
                 notes.append("journalctl reported no entries")
             continue
@@ -438,6 +445,7 @@ def parse_kernel_log(text: str) -> KernelLog:
         found = _match(message)
         if found is None:
             continue
+        recognised += 1
         signature, values = found
         origin = _ORIGIN.match(message)
         base: dict[str, object] = {}
@@ -470,6 +478,10 @@ def parse_kernel_log(text: str) -> KernelLog:
                                   timestamp=prefix.timestamp, host=prefix.host, **values))
         open_records[key] = (len(events) - 1, number)
 
+    if not recognised:
+        first = next(line.strip() for line in lines if line.strip())
+        raise ParseError(f"not a kernel log: none of its {len(lines)} lines has a dmesg or journal prefix "
+                         f"(timestamp, priority, 'kernel:') or a known kernel message; it starts {first[:80]!r}")
     if suppressed:
         notes.append(f"the kernel rate-limited at least {suppressed} messages; "
                      "counts of repeated events are lower bounds")

@@ -33,7 +33,7 @@ from preflight.parse import ParseError
 
 _HEADER = re.compile(r"((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(.+?)\s*")
 _LINK_LINE = re.compile(r"\s*(LnkCap|LnkSta):\s*(.*)")
-_SPEED = re.compile(r"Speed\s+(unknown|[\d.]+)(?:GT/s)?(?:\s*\((\w+)\))?")
+_SPEED = re.compile(r"Speed\s+(unknown|\d+(?:\.\d+)?)(?:GT/s)?(?:\s*\((\w+)\))?")
 _WIDTH = re.compile(r"Width\s+x(\d+)(?:\s*\((\w+)\))?")
 _GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
 

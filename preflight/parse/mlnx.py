@@ -359,14 +359,7 @@ def _parse_fw_text(text: str) -> FirmwareQuery:
 def _parse_fw_xml(text: str) -> FirmwareQuery:
     devices: list[FirmwareDevice] = []
     notes: list[str] = []
-    parser = ET.XMLPullParser(events=("end",))
-    try:
-        parser.feed(text)
-        parser.close()
-    except ET.ParseError as exc:
-        # A cut-off capture still yields every <Device> that closed before the cut.
-        notes.append(f"XML ends early or is malformed ({exc}); kept the complete devices")
-    for _, elem in parser.read_events():
+    for elem in _closed_elements(text, notes):
         if elem.tag != "Device":
             continue
         versions = elem.find("Versions")
@@ -387,6 +380,33 @@ def _parse_fw_xml(text: str) -> FirmwareQuery:
             components=components,
         ))
     return FirmwareQuery(devices=tuple(devices), source="mlxfwmanager-xml", notes=tuple(notes))
+
+
+def _closed_elements(text: str, notes: list[str]) -> list[ET.Element]:
+    """Every element that closed before the XML broke off. A cut-off capture still yields every
+    <Device> that closed before the cut; the pull parser reports some damage while feeding and
+    some only while its events are read, so both are caught."""
+    parser = ET.XMLPullParser(events=("end",))
+    closed: list[ET.Element] = []
+    error = None
+    try:
+        parser.feed(text)
+        parser.close()
+    except ET.ParseError as exc:
+        error = exc
+    events = parser.read_events()
+    while True:
+        try:
+            _, elem = next(events)
+        except StopIteration:
+            break
+        except ET.ParseError as exc:
+            error = error or exc
+            break
+        closed.append(elem)
+    if error is not None:
+        notes.append(f"XML ends early or is malformed ({error}); kept the complete devices")
+    return closed
 
 
 _ROM_RE = re.compile(r"type=(\w+)\s+version=(\S+)")

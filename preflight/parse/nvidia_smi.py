@@ -487,6 +487,13 @@ def parse_smi_xml(text: str) -> SmiReport:
             )
         )
     header = _Reader("report", notes).fields(_REPORT_FIELDS, lambda f: _xml_value(root, f.xml))
+    attached = header["attached_gpus"]
+    cut = any(n.startswith("XML truncated") for n in notes)
+    if cut and isinstance(attached, int) and attached > len(gpus):
+        # The file was cut before the GPUs its own header counts: what is missing is the file's
+        # end, not GPUs, so no verdict on the GPU count (or on the GPUs never read) is possible.
+        raise ParseError(f"nvidia-smi -q -x output cut off: its attached_gpus says {attached}, "
+                         f"{len(gpus)} GPU element(s) read before the XML ends")
     return _report(header, gpus, notes, headed=True)
 
 

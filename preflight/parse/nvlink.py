@@ -40,7 +40,7 @@ from preflight.parse import ParseError
 _GPU_HEADER = re.compile(r"GPU (\d+):\s*(.*)")
 _UUID = re.compile(r"\(UUID:\s*([^)]*)\)")
 _LINK = re.compile(r"\s*Link (\d+):\s*(.*?)\s*")
-_SPEED = re.compile(r"([\d.]+) GB/s")
+_SPEED = re.compile(r"(\d+(?:\.\d+)?) GB/s")
 _COUNTER = re.compile(r"(.+?):\s*(\S+)")
 _THROUGHPUT = re.compile(r"Data [TR]x:", re.IGNORECASE)
 _DCGMI = re.compile(r"NvLink Link Status|^\s*gpuId \d+:", re.MULTILINE)

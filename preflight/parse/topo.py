@@ -261,6 +261,10 @@ def _infer_columns(rows: list[TopoRow]) -> tuple[str, ...]:
                 break
             run += 1
         n_gpus = max(n_gpus, run)
+    # A row's name is only a claim; the cells are the evidence. A matrix has one column per
+    # device, so no more GPUs than the widest row has cells (a two-line capture naming
+    # GPU9999999 would otherwise build ten million columns).
+    n_gpus = min(n_gpus, width)
     nic_rows = [row.name for row in rows if not _GPU.fullmatch(row.name)]
     n_nics = width - n_gpus
     nics = nic_rows if len(nic_rows) == n_nics else [f"NIC{i}" for i in range(n_nics)]

@@ -105,7 +105,9 @@ class ReportDiff:
 
     @property
     def worse(self) -> bool:
+        # A host the new run no longer has was not checked at all: that is not "nothing got worse".
         return (any(c.direction in ("worse", "new") and _RANK.get(c.new or "", 0) > 0 for c in self.hosts)
+                or any(c.direction == "gone" for c in self.hosts)
                 or any(c.direction == "worse" for c in self.checks)
                 or any(c.appeared for c in self.causes))
 
@@ -116,14 +118,41 @@ def load_report(path: str | Path) -> dict:
     if path.is_dir():
         path = path / "report.json"
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ReportError(f"{path}: no such file (a run directory or its report.json)") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ReportError(f"{path}: not a readable JSON report ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != REPORT_FORMAT:
         raise ReportError(f"{path}: not a {REPORT_FORMAT} report")
+    bad = _malformed(doc)
+    if bad:
+        raise ReportError(f"{path}: {bad}")
     return doc
+
+
+def _malformed(doc: dict) -> str | None:
+    """What in a report breaks the shape this comparison reads (docs/contracts.md §5), or None."""
+    hosts = doc.get("hosts", {})
+    if not isinstance(hosts, dict):
+        return "field 'hosts' must be an object of host -> verdict"
+    for host, verdict in hosts.items():
+        if not isinstance(verdict, dict) or verdict.get("status") not in _RANK:
+            return f"hosts.{host}: 'status' must be one of {', '.join(_RANK)}"
+    for key in ("findings", "diagnoses"):
+        items = doc.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            return f"field {key!r} must be a list of objects"
+    for i, f in enumerate(doc.get("findings", [])):
+        if f.get("status") not in _RANK or not isinstance(f.get("check"), str) \
+                or not isinstance(f.get("host"), (str, type(None))) or not isinstance(f.get("data", {}), dict):
+            return f"findings[{i}]: needs 'check' (str), 'host' (str or null), 'status' (one of {', '.join(_RANK)})"
+    for i, d in enumerate(doc.get("diagnoses", [])):
+        if not isinstance(d.get("hosts", []), list):
+            return f"diagnoses[{i}]: 'hosts' must be a list"
+    if not isinstance(doc.get("soak", {}), dict):
+        return "field 'soak' must be an object"
+    return None
 
 
 def diff_reports(old: dict, new: dict) -> ReportDiff:

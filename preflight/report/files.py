@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from preflight.evidence import atomic
 from preflight.model import Analysis
 from preflight.report import html as html_report
 from preflight.report import json_report, junit, markdown
@@ -16,15 +16,17 @@ def write_reports(run_dir: Path, analysis: Analysis, html: bool = True) -> None:
     if html:
         plots = soak_plot_bytes(run_dir, analysis.meta.get("soak_plots") or {})
         writers.append(("report.html", lambda a: html_report.render(a, plots)))
-    for name, render in writers:
-        write_atomic(run_dir / name, render(analysis))
+    # Every report rendered before the first is written: one that cannot be rendered leaves
+    # none of them behind, rather than a report.json without its report.md.
+    rendered = [(name, render(analysis)) for name, render in writers]
+    for name, text in rendered:
+        write_atomic(run_dir / name, text)
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Readers (node_exporter, a browser, CI) never see a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Readers (node_exporter, a browser, CI) never see a half-written file; a write that
+    fails (disk full, a directory in the way) removes its temporary file and raises."""
+    atomic.write_atomic(path, text.encode("utf-8"))
 
 
 def soak_plot_bytes(run_dir: Path, named: dict[str, str]) -> dict[str, bytes]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from typing import Any
 
 from preflight.model import Analysis
 
@@ -26,4 +28,23 @@ def to_dict(analysis: Analysis) -> dict:
 
 
 def render(analysis: Analysis) -> str:
-    return json.dumps(to_dict(analysis), indent=2, sort_keys=False) + "\n"
+    """Strict JSON (RFC 8259): ``allow_nan=False``, so a non-finite number that got past every
+    reader and check fails here rather than writing ``NaN`` or ``Infinity``, which JSON has not;
+    ``strict`` turns them into null first."""
+    return json.dumps(strict(to_dict(analysis)), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
+def strict(value: Any) -> Any:
+    """``value`` with JSON's values only: a non-finite float becomes None (not measured), a
+    numpy scalar its Python number, tuples lists, keys strings."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        return strict(value.item())
+    return str(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from preflight.model import Analysis, Status
@@ -10,7 +11,20 @@ _ICON = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "error": "ERROR", "skip
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text from a node or a check as one line of Markdown prose: a table's ``|`` escaped, and
+    HTML tags and link syntax made literal, so a node's output cannot inject markup."""
+    for ch in ("\\", "|", "<", ">", "[", "]", "`"):
+        text = text.replace(ch, "\\" + ch)
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def _fenced(excerpt: str) -> list[str]:
+    """A code block that holds ``excerpt`` whole: its fence is longer than any run of
+    backticks (or tildes) in it, so an excerpt containing ``` cannot close the block and
+    put the rest of a node's output outside it (CommonMark's fenced code blocks)."""
+    longest = max((len(run) for run in re.findall(r"`+|~+", excerpt)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence, excerpt, fence]
 
 
 def render(analysis: Analysis) -> str:
@@ -42,7 +56,7 @@ def render(analysis: Analysis) -> str:
             continue
         out += [f"### {f.host or 'fleet'} · {f.check}: {_ICON[f.status.value]}", "", _cell(f.summary), ""]
         for e in f.evidence:
-            out += [f"Evidence from `{e.probe}`:", "", "```", e.excerpt, "```", ""]
+            out += [f"Evidence from `{e.probe}`:", "", *_fenced(e.excerpt), ""]
 
     passed = [f for f in analysis.findings if f.status in (Status.PASS, Status.SKIP)]
     if passed:

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from preflight.check import Outcome
 from preflight.judge.loader import load_checks
+from preflight.judge.outcomes import CheckOutputError, outcomes_of
 from preflight.model import Check, Finding, Status
 from preflight.parse.smi_records import reasons_from_bitmask
 from preflight.soak.context import SoakContext, soak_context
@@ -135,11 +135,10 @@ def run_checks(checks: Sequence[Check], soak: SoakContext) -> list[Finding]:
 
 def _findings(check: Check, soak: SoakContext) -> list[Finding]:
     try:
-        returned = check.func(soak)
-        outcomes = [] if returned is None else [returned] if isinstance(returned, Outcome) else list(returned)
+        outcomes = outcomes_of(check.func(soak), hosts=soak.hosts)
     except Exception as exc:  # noqa: BLE001 - a broken check is reported, not fatal
-        return [Finding(check.id, None, Status.ERROR,
-                        f"check crashed: {type(exc).__name__}: {exc} ({check.origin})", ("check-crashed",))]
+        what = str(exc) if isinstance(exc, CheckOutputError) else f"{type(exc).__name__}: {exc}"
+        return [Finding(check.id, None, Status.ERROR, f"check crashed: {what} ({check.origin})", ("check-crashed",))]
     return [Finding(check.id, o.host, o.status, o.summary, o.symptoms, o.evidence, o.data, o.action) for o in outcomes]
 
 

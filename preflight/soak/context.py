@@ -22,7 +22,7 @@ from functools import cached_property
 import pandas as pd
 
 from preflight.check import Outcome
-from preflight.soak import gpu_verdicts, sdc, server_log, slo, throughput
+from preflight.soak import coverage, gpu_verdicts, sdc, server_log, slo, throughput
 from preflight.soak.data import SoakData, read_events
 from preflight.soak.figures import (
     DEFAULT_THRESHOLDS,
@@ -56,10 +56,27 @@ class SoakContext:
         return self.data.meta.engine
 
     @property
+    def plan(self) -> coverage.Plan:
+        """What soak.json says was planned: length, interval, each agent's outcome."""
+        return coverage.plan_of(self.data.meta.extra)
+
+    @property
     def planned_s(self) -> float | None:
         """How long the soak was meant to run (soak.json ``planned_s``), where it says."""
-        planned = (self.data.meta.extra or {}).get("planned_s")
-        return float(planned) if isinstance(planned, (int, float)) else None
+        return self.plan.planned_s
+
+    def covered_s(self, host: str) -> float:
+        """The time a host's soak covered: its telemetry's span, or on a host without GPU
+        telemetry its throughput windows' (each stamped at its end, so the first adds one step)."""
+        gpus = self.gpus.get(host) or ()
+        if gpus:
+            return float(max(g.last_t for g in gpus) - min(g.first_t for g in gpus))
+        rows = self.throughput.get(host)
+        t = sorted(set(rows["time"].tolist())) if rows is not None else []
+        if len(t) < 2:
+            return 0.0
+        steps = sorted(b - a for a, b in zip(t[:-1], t[1:], strict=True))
+        return float(t[-1] - t[0] + steps[len(steps) // 2])
 
     @property
     def sampled_hosts(self) -> tuple[str, ...]:
@@ -75,7 +92,12 @@ class SoakContext:
         return gpu_verdicts.power(host, self.gpus[host], self.thresholds)
 
     def judge_telemetry(self, host: str) -> Outcome:
-        return gpu_verdicts.telemetry(host, self.gpus[host], self.thresholds)
+        return gpu_verdicts.telemetry(host, self.gpus[host], self.thresholds, self.plan)
+
+    def judge_coverage(self, host: str) -> Outcome | None:
+        """An ERROR when the host's soak did not run as planned (its agent did not finish, or it
+        covered less than its plan), else None (coverage.py)."""
+        return coverage.incomplete(host, self.covered_s(host), self.plan, self.thresholds)
 
     def judge_memory(self, host: str) -> Outcome:
         return gpu_verdicts.memory(host, self.telemetry[host], self.thresholds)
@@ -115,13 +137,21 @@ def soak_context(data: SoakData, thresholds: Thresholds = DEFAULT_THRESHOLDS,
     telemetry has no per-GPU threshold (from a platform profile, say)."""
     th = thresholds
     tele, thr = data.telemetry, data.throughput
-    hosts = tuple(dict.fromkeys([*data.meta.hosts, *sorted(set(tele["host"]))]))
+    # Every host the soak names counts: soak.json's, any only the telemetry or throughput has,
+    # and those whose agent the controller recorded (a host that delivered nothing is listed
+    # under "missing", not "hosts", and must not vanish from the verdicts).
+    plan = coverage.plan_of(data.meta.extra)
+    hosts = tuple(dict.fromkeys([*data.meta.hosts, *sorted(set(tele["host"])), *sorted(set(thr["host"])),
+                                 *plan.agents, *plan.missing]))
     by_host: dict[str, list[GpuSummary]] = {h: [] for h in hosts}
     for g in gpu_summaries(tele, th, slowdown_temperature_c):
         by_host[g.host].append(g)
     tele_by_host = dict(tuple(tele.groupby("host", sort=False)))
     thr_by_host = dict(tuple(thr.groupby("host", sort=False)))
-    no_telemetry = ((data.meta.extra or {}).get("no_telemetry") or {}) if data.meta.engine == "vllm" else {}
+    excused = (data.meta.extra or {}).get("no_telemetry") if data.meta.engine == "vllm" else None
+    # host -> why; a hand-made soak.json may hold anything here, and only that shape excuses.
+    no_telemetry = ({str(h): str(why) for h, why in excused.items() if isinstance(why, str)}
+                    if isinstance(excused, Mapping) else {})
     notes = list(data.notes)
     for host in hosts:
         if by_host[host]:

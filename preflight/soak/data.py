@@ -44,6 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from preflight.contracts import (
@@ -60,6 +61,18 @@ from preflight.contracts import (
 # Numeric telemetry columns whose cells may be empty; `time` and `gpu` may not.
 _OPTIONAL_NUMERIC = tuple(c for c in TELEMETRY_COLUMNS if c not in ("time", "host", "gpu"))
 _NOT_AVAILABLE = ["", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "nan", "NaN"]
+# What a reading can physically be. A value outside is a corrupt file or a broken converter,
+# not a measurement: refused with its line, rather than judged (an infinite temperature would
+# pass into report.json as "Infinity", which is not JSON) or silently clipped.
+_TEMPERATURE = (-100.0, 250.0)
+BOUNDS: dict[str, tuple[float, float]] = {
+    "time": (0.0, 1e11),  # seconds since the epoch: until the year 5138
+    "gpu": (0.0, 4095.0),  # a GPU index (NVML counts devices with an unsigned int; no node has more)
+    "temperature_c": _TEMPERATURE, "memory_temperature_c": _TEMPERATURE, SLOWDOWN_COLUMN: _TEMPERATURE,
+    "sm_clock_mhz": (0.0, 100_000.0), "memory_clock_mhz": (0.0, 100_000.0),
+    "power_w": (0.0, 100_000.0), "power_limit_w": (0.0, 100_000.0),
+    "utilization_pct": (0.0, 100.0), "memory_used_mib": (0.0, float(1 << 40)),
+}
 
 
 class SoakDataError(ValueError):
@@ -136,6 +149,7 @@ def read_soak(soak_dir: str | Path) -> SoakData:
         throughput = pd.DataFrame({"time": pd.Series(dtype=float), "host": pd.Series(dtype=str),
                                    "metric": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
 
+    notes += order_notes(telemetry)
     unknown = sorted(set(telemetry["host"]) - set(meta.hosts))
     if unknown:
         notes.append(f"{TELEMETRY_CSV} has hosts not listed in {SOAK_JSON}: {', '.join(unknown)}")
@@ -146,6 +160,31 @@ def read_soak(soak_dir: str | Path) -> SoakData:
                     tuple(notes))
 
 
+def order_notes(telemetry: pd.DataFrame) -> list[str]:
+    """What the file's order says about the recording: a GPU whose time goes backwards (a clock
+    step, or files concatenated out of order; the rows are sorted by time for the analysis),
+    and a GPU whose first sample comes well after its host's first (it appeared mid-run: hot
+    plug, a reset, a driver that came back), which the reader notes rather than hides."""
+    notes = []
+    for (host, gpu), rows in telemetry.groupby(["host", "gpu"], sort=True):
+        t = rows["time"].to_numpy(float)
+        back = np.flatnonzero(np.diff(t) < 0)
+        if len(back):
+            i = back[0] + 1
+            notes.append(f"{TELEMETRY_CSV}:{int(rows['_line'].iloc[i])}: {host} GPU {gpu}: time goes back "
+                         f"{t[i - 1] - t[i]:.3g} s ({len(back)} time{'s' if len(back) > 1 else ''}); "
+                         "rows sorted by time")
+    for host, rows in telemetry.groupby("host", sort=True):
+        start = rows["time"].min()
+        firsts = rows.groupby("gpu")["time"].min()
+        step = float(np.median(np.diff(np.unique(rows["time"].to_numpy(float))))) if len(rows) > 2 else 0.0
+        late = firsts[firsts - start > max(10 * step, 5.0)]
+        for gpu, first in late.items():
+            notes.append(f"{TELEMETRY_CSV}: {host} GPU {gpu} first appears {first - start:.1f} s into the soak "
+                         "(not there from the start: a reset, hot plug or a late driver)")
+    return notes
+
+
 def read_events(soak_dir: str | Path) -> tuple[dict[str, str], ...]:
     """events.csv's rows as they are, in file order. The file is optional and read, not
     validated: the agent writes it as things happen, so an absent file reads as no events and
@@ -153,17 +192,21 @@ def read_events(soak_dir: str | Path) -> tuple[dict[str, str], ...]:
     try:
         with (Path(soak_dir) / EVENTS_CSV).open(newline="", encoding="utf-8", errors="replace") as f:
             return tuple(csv.DictReader(f))
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return ()
 
 
 def _read_meta(path: Path) -> SoakMeta:
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SoakDataError(path, "missing (every soak directory starts with one)") from None
     except json.JSONDecodeError as exc:
         raise SoakDataError(path, f"invalid JSON ({exc.msg})", line=exc.lineno) from None
+    except UnicodeDecodeError as exc:
+        raise SoakDataError(path, f"not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise SoakDataError(path, f"cannot read ({exc.strerror or exc})") from None
     if not isinstance(raw, dict):
         raise SoakDataError(path, "must be a JSON object")
     if raw.get("format") != SOAK_FORMAT:
@@ -185,15 +228,21 @@ def _read_meta(path: Path) -> SoakMeta:
 def _read_csv(path: Path, columns: Sequence[str], notes: list[str]) -> pd.DataFrame:
     if not path.exists():
         raise SoakDataError(path, "missing")
+    if not path.is_file():
+        raise SoakDataError(path, "not a file")
     numeric_na = {c: _NOT_AVAILABLE for c in columns if c not in ("host", "metric")}
     try:
         # Blank lines are kept (as all-empty rows) so that row i is always line i + 2.
-        df = pd.read_csv(path, dtype={"host": str, "metric": str}, keep_default_na=False,
+        df = pd.read_csv(path, dtype={"host": str, "metric": str}, keep_default_na=False, encoding="utf-8",
                          na_values=numeric_na, skip_blank_lines=False, low_memory=False)
     except pd.errors.EmptyDataError:
         raise SoakDataError(path, "empty file (expected a header line)", line=1) from None
     except pd.errors.ParserError as exc:
         raise SoakDataError(path, f"not readable as CSV ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise SoakDataError(path, f"not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise SoakDataError(path, f"cannot read ({exc.strerror or exc})") from None
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in columns if c not in df.columns]
     if missing:
@@ -233,6 +282,17 @@ def _to_numeric(df: pd.DataFrame, path: Path, col: str, *, required: bool) -> No
     if required and df[col].isna().any():
         line, _ = _first_bad(df, df[col].isna())
         raise SoakDataError(path, "empty (this column is required on every row)", line=line, field=col)
+    present = df[col].notna()
+    infinite = present & ~np.isfinite(df[col].to_numpy(float, na_value=np.nan))
+    if infinite.any():
+        line, row = _first_bad(df, infinite)
+        raise SoakDataError(path, f"{row[col]:g} is not a finite number", line=line, field=col)
+    low, high = BOUNDS.get(col, (-math.inf, math.inf))
+    outside = present & ((df[col] < low) | (df[col] > high))
+    if outside.any():
+        line, row = _first_bad(df, outside)
+        raise SoakDataError(path, f"{row[col]:g} is outside what a reading can be ({low:g} to {high:g})",
+                            line=line, field=col)
 
 
 def _to_gpu_index(df: pd.DataFrame, path: Path, *, required: bool = True) -> None:

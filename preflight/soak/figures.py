@@ -76,6 +76,8 @@ class Thresholds:
     memory_growth_fraction: float = 0.05
     slos: tuple = ()  # preflight.soak.slo_spec.Slo, from --slo
     slo_budget: float = 0.05  # share of the windows an SLO may be broken in before it FAILs
+    coverage_shortfall: float = 0.05
+    coverage_min_intervals: float = 2.0
 
     def baseline_s(self, span_s: float) -> float:
         return min(self.baseline_max_s, self.baseline_fraction * span_s)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import csv
 import json
-import os
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ from rich.live import Live
 from rich.table import Table
 
 from preflight.contracts import EVENTS_CSV, SOAK_JSON, TELEMETRY_CSV, THROUGHPUT_CSV
+from preflight.evidence.atomic import write_atomic
 from preflight.parse.smi_records import reasons_from_bitmask
 from preflight.soak.plan import SoakPlan
 from preflight.soak.ship import Started, last_json_line, make_nodes
@@ -177,9 +177,7 @@ class Mirror:
 
 
 def replace_file(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomic(path, data)
 
 
 # --- Watching ----------------------------------------------------------------------------------

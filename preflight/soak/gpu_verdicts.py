@@ -35,7 +35,7 @@ import pandas as pd
 from preflight.check import Outcome
 from preflight.contracts import TELEMETRY_CSV
 from preflight.model import Evidence, Status
-from preflight.soak import fmt
+from preflight.soak import coverage, fmt
 from preflight.soak.figures import THERMAL, GpuSummary, Thresholds, loaded_mask, nanmedian
 
 
@@ -134,8 +134,9 @@ def _floor(g: GpuSummary, th: Thresholds) -> float | None:
     return None if g.baseline_sm_clock_mhz is None else round(th.clock_floor_fraction * g.baseline_sm_clock_mhz, 1)
 
 
-def telemetry(host: str, gpus: Sequence[GpuSummary], th: Thresholds) -> Outcome:
-    """Fallen-off GPUs (FAIL); gaps are named in the summary (``gap_notes`` says where)."""
+def telemetry(host: str, gpus: Sequence[GpuSummary], th: Thresholds, plan: coverage.Plan | None = None) -> Outcome:
+    """Fallen-off GPUs (FAIL); gaps are named in the summary (``gap_notes`` says where), and
+    the time covered against the plan (coverage.py judges a shortfall before this runs)."""
     start = min(g.first_t for g in gpus)
     end = max(g.last_t for g in gpus)
     fallen = []
@@ -156,6 +157,9 @@ def telemetry(host: str, gpus: Sequence[GpuSummary], th: Thresholds) -> Outcome:
         return Outcome(Status.FAIL, "; ".join(parts), ("gpu-fallen-off-bus",), evidence, data, host=host)
     summary = (f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''} sampled every {interval:.2g} s "
                f"for {fmt.duration(end - start)}, {data['samples']} samples")
+    if plan is not None and plan.planned_s is not None:
+        summary += f" (planned {fmt.duration(plan.planned_s)})"
+        data["planned_s"] = plan.planned_s
     if gaps:
         summary += f"; {len(gaps)} gap{'s' if len(gaps) > 1 else ''} longer than {th.gap_intervals:g} intervals"
     return Outcome(Status.PASS, summary, data=data, host=host)

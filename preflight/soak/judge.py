@@ -42,7 +42,8 @@ def judge_soak(soak_dir: Path, kb: KnowledgeBase, plots_dir: Path | None = None,
     statuses: dict[str | None, list[Status]] = {}
     for f in findings:
         statuses.setdefault(f.host, []).append(f.status)
-    for host in data.meta.hosts:
+    # The analysis's hosts: soak.json's and any only the telemetry or the agents' record names.
+    for host in result.hosts:
         status = worst(statuses.get(host, ()))
         has_data = host in result.hosts
         hosts[host] = HostVerdict("pass" if status in (Status.PASS, Status.SKIP) else status.value,

@@ -11,6 +11,7 @@ declares its options) and refuses bad input with ``SoakUsageError`` before anyth
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -105,9 +106,34 @@ def load_plan(out: Path, run_id: str) -> SoakPlan:
         raise SoakUsageError(f"--attach: no soak run {run_id!r} here ({path} does not exist)") from None
     except ValueError as exc:
         raise SoakUsageError(f"--attach: {path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise SoakUsageError(f"--attach: {path}: not a JSON object")
     if doc.get("format") != SOAK_RUN_FORMAT:
         raise SoakUsageError(f"--attach: {path}: format is {doc.get('format')!r}, expected {SOAK_RUN_FORMAT!r}")
-    return SoakPlan.from_json(doc, out)
+    try:
+        plan = SoakPlan.from_json(doc, out)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        # A hand-edited or damaged run.json: say which file, not a traceback.
+        what = f"field {exc.args[0]!r} missing" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise SoakUsageError(f"--attach: {path}: not a readable soak run ({what})") from None
+    bad = _bad_plan_field(plan)
+    if bad:
+        raise SoakUsageError(f"--attach: {path}: field {bad}")
+    return plan
+
+
+def _bad_plan_field(plan: SoakPlan) -> str | None:
+    """The first field of a loaded plan with a value no run could have had."""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+    checks = [("seconds", number(plan.seconds)), ("interval_s", number(plan.interval_s)),
+              ("poll_s", number(plan.poll_s)), ("run_id", isinstance(plan.run_id, str) and plan.run_id == Path(
+                  plan.run_id).name and plan.run_id not in ("", ".", "..")),
+              ("engine", isinstance(plan.engine, str)), ("node_dir", isinstance(plan.node_dir, str)),
+              ("hosts", all(isinstance(h.name, str) for h in plan.hosts)),
+              ("agent_args", all(isinstance(a, str) for a in plan.agent_args))]
+    return next((f"{name!r} has a value no soak run writes" for name, ok in checks if not ok), None)
 
 
 def builtin_models() -> list[str]:

@@ -99,3 +99,14 @@ def test_a_run_without_active_probes_drops_the_after_reading():
     assert [p.id for p in probes_for(checks)] == ["ib-counters"]
     both = [c for c in load_checks(use_entry_points=False) if c.id in ("ib-counters", "nccl-all-reduce")]
     assert [p.id for p in probes_for(both)] == ["ib-counters", "nccl-all-reduce", "ib-counters-after"]
+
+
+def test_timeout_bounds_the_mlxfwmanager_probe():
+    # mlxfwmanager's limit follows --timeout (4 x, the 120 s it had fixed at the default 30 s).
+    from preflight.collect.fanout import ExecPlan
+    from preflight.collect.probes import PROBES
+
+    probe = PROBES["mlxfwmanager"]
+    assert ExecPlan((probe,), 30.0).limit_for(probe) == 120.0
+    assert ExecPlan((probe,), 5.0).limit_for(probe) == 20.0
+    assert ExecPlan((PROBES["ibstat"],), 5.0).limit_for(PROBES["ibstat"]) == 5.0

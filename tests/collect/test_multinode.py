@@ -146,6 +146,22 @@ def test_launcher_unreachable_is_not_run():
 # --------------------------------------------------------------------------- the check
 
 
+def test_why_a_requested_run_did_not_happen_is_kept_in_the_finding():
+    # --nccl-multinode with one reachable host: the stage records why, and the finding says it.
+    from preflight.collect.multinode import run_multinode
+    from preflight.collect.ssh import SshOptions
+    from preflight.model import Host
+
+    recorded: list[ProbeResult] = []
+    evidence = {"gpu01": {"nccl-all-reduce": make_host({"nccl-all-reduce": single_node()}, "hgx-h200",
+                                                       "gpu01").probes["nccl-all-reduce"]}}
+    why = run_multinode([Host("gpu01"), Host("gpu02")], evidence, recorded.append, SshOptions(), None, "r1",
+                        FLEET_HOST)
+    assert why == "1 reachable host(s) with a known GPU count: a multi-node run needs two"
+    (f,), _ = judge({PROBE_FULL: recorded[0]})
+    assert f.status is Status.ERROR and f.summary == f"multi-node all_reduce could not run: {why}"
+
+
 def test_not_run_is_skipped():
     (f,), _ = judge({})
     assert f.status is Status.SKIP and "--nccl-multinode" in f.summary

@@ -251,11 +251,14 @@ def test_real_vllm_cpu_soak(tmp_path):
     assert all(0 < p50 <= p99 < 5000 for p50, p99 in zip(by["tpot_p50_ms"], by["tpot_p99_ms"], strict=True))
     assert set(by["errors"]) == {0} and max(by["in_flight"]) == 16
     # Metrics scrapes: vLLM 0.32 says kv_cache_usage_perc; the 16 + 4 requests of the two
-    # clients fit its 128 sequences at once. Its gauges are sampled and lag (under load every
-    # scrape has read 0 running), so that the load shows is asserted on its counters below.
-    assert len(by["requests_running"]) == len(tokens) and max(by["requests_running"]) <= 20
+    # clients fit its 128 sequences at once (its gauges lag: many scrapes read 0 running).
+    # One scrape a window, but a scrape slowed by a contended CPU may miss its window (CI once
+    # had 6 scrapes for 7 windows), as the server's counter comparison below allows too.
+    assert len(tokens) - 2 <= len(by["requests_running"]) <= len(tokens) and max(by["requests_running"]) <= 20
     assert set(by["requests_waiting"]) == {0.0} and set(by["preemptions"]) == {0.0}
     assert all(0 <= v <= 1 for v in by["kv_cache_usage"])
+    # (No assertion that a gauge read non-zero: sampled gauges may read 0 in every scrape under
+    # load. What shows the load is the client's own count and the server's counter, below.)
     assert summary["load"]["kv_cache_metric"] == "vllm:kv_cache_usage_perc"
     assert summary["load"]["prompt_mode"] == "token_ids+vllm" and summary["load"]["errors"] == {}
     # The server generated what this client received, plus the second client's share. Compared
@@ -265,8 +268,19 @@ def test_real_vllm_cpu_soak(tmp_path):
     server = {r.time: r.value for r in rows if r.metric == "server_output_tokens_per_s"}
     both = sorted(client.keys() & server.keys())
     assert len(both) >= len(tokens) - 2, (sorted(client), sorted(server))
+    # The load generator's own count: its windows' rates over the nominal window add up to the
+    # total it received, to within how far a window's real length strays from the nominal 5 s
+    # on a contended CPU (4.6 to 5.3 s seen: 7 % over in one run).
+    window_s = params.load.window_s
+    received = summary["load"]["output_tokens"]
+    assert 0.75 * received <= sum(client.values()) * window_s <= 1.25 * received, (received, client)
+    # The server's counter rose in every window both saw. Its rate is the counter's increase
+    # over the time between two scrapes, which stretches when the CPU is contended, so the sums
+    # of the two rates agree only roughly (on 2 busy cores the server's read 0.88 of the
+    # client's): the generous bounds still catch a counter not read, or read as another metric.
+    assert all(server[t] > 0 for t in both), server
     sent, made = sum(client[t] for t in both), sum(server[t] for t in both)
-    assert 0.9 * sent <= made <= 1.5 * sent, (both, client, server)
+    assert 0.6 * sent <= made <= 1.6 * sent, (both, client, server)
     # The rows went to throughput.csv through the agent's own writer.
     with open(tmp_path / "throughput.csv", newline="") as f:
         written = list(csv.DictReader(f))

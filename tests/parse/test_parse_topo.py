@@ -114,3 +114,17 @@ def test_p2p_matrix_is_recognised():
 def test_not_topo_output_raises(text):
     with pytest.raises(ParseError):
         parse_topo(text)
+
+
+def test_sizes_come_from_the_cells_not_from_a_row_name():
+    # Two lines naming GPU9999999: the matrix holds two cells, so two columns, in no time and no
+    # memory to speak of (it once built ten million columns, over 15 minutes).
+    import time
+
+    from preflight.parse.topo import parse_topo
+
+    for index in (9_999_999, 99_999_999, 10**300):
+        start = time.monotonic()
+        topo = parse_topo(f"GPU{index}\tX\tNV18\nGPU1\tNV18\tX\n")
+        assert time.monotonic() - start < 1.0
+        assert len(topo.columns) == 2

@@ -64,7 +64,10 @@ def run_pytest(pytester, monkeypatch):
     most of a second; the entry point itself is exercised by test_registered_as_a_pytest11_plugin,
     test_inert_without_its_options and the xdist run."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    return lambda *args: pytester.runpytest("-p", "preflight.pytest.plugin", *args)
+    # The outer session has imported the plugin already (its entry point), so the inner one
+    # cannot rewrite its asserts and says so: a warning about the test set-up, not a result.
+    return lambda *args: pytester.runpytest("-p", "preflight.pytest.plugin",
+                                            "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
 
 
 def bundle_args(bundle: Path, out: Path, *extra: str) -> list[str]:
@@ -306,3 +309,20 @@ def test_simulated_cluster_fails_exactly_the_faulty_items(run_pytest, pytester, 
     result.assert_outcomes(passed=23, failed=2, errors=3)
     [run_dir] = (tmp_path / "out").iterdir()
     assert (run_dir / "bundle" / "hosts" / "gpu05" / "nvidia-smi-q-x.txt").read_text() == h200_node_xml(7)
+
+
+def test_a_soak_whose_agent_died_is_not_a_pass_in_pytest_either(run_pytest, pytester, tmp_path):
+    # The real five-minute H200 soak (examples/h200-soak-5min) with its agent recorded as died.
+    import json
+    import shutil
+
+    soak = tmp_path / "soak"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "h200-soak-5min", soak,
+                    ignore=shutil.ignore_patterns("*.png", "*.md"))
+    meta = json.loads((soak / "soak.json").read_text())
+    meta["agents"]["vm"].update(outcome="died", note="the agent is gone without finishing (killed?)")
+    (soak / "soak.json").write_text(json.dumps(meta))
+    result = run_pytest(f"--preflight-bundle={soak}", f"--preflight-out={tmp_path / 'out'}", "-p", "no:cacheprovider",
+                        "-k", "soak-telemetry", "-rE")
+    result.assert_outcomes(errors=1, deselected=6)  # the burn soak's other checks, soak-sdc among them
+    result.stdout.fnmatch_lines(["*soak incomplete: agent died*"])

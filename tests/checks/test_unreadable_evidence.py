@@ -1,0 +1,126 @@
+"""Evidence that cannot be read is ERROR "unreadable", never a PASS and never a hardware FAIL.
+
+Inputs are the outputs of examples/h200-fleet's gpu001 (real captures or documented edits of
+them, examples/h200-fleet/SOURCES.tsv), damaged as a corrupt bundle would be: random bytes or
+another tool's output as the kernel log, the all_reduce output with its result rows removed,
+the nvidia-smi XML cut mid-file (a truncation of the capture, made here).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+from ctx import make_host, result, run_check
+
+from preflight.model import Status
+
+NODE = Path(__file__).resolve().parents[2] / "examples" / "h200-fleet" / "hosts" / "gpu001"
+ETHTOOL = Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "ethtool-i-mlx5-cx5-inbox-kernel-release-truncated.txt"
+
+
+def _out(probe: str) -> str:
+    return (NODE / f"{probe}.txt").read_text()
+
+
+def _node(**replaced: str | bytes) -> dict:
+    probes = {p: _out(p) for p in ("nvidia-smi-q-x", "nvidia-smi-q", "lspci", "kernel-log", "ibstat", "ibv-devinfo",
+                                   "ib-sysfs", "mlx5-modinfo", "ofed-info", "nccl-all-reduce", "ethtool-i")}
+    probes.update({k.replace("_", "-"): v for k, v in replaced.items()})
+    return probes
+
+
+def _status(check: str, probes: dict) -> tuple[Status, str]:
+    [f] = run_check(check, make_host(probes, "hgx-h200"))
+    return f.status, f.summary
+
+
+def test_the_real_node_passes_these_checks_to_begin_with():
+    for check in ("xid", "pcie-link", "nccl-all-reduce", "gpu-inventory"):
+        assert _status(check, _node())[0] is Status.PASS, check
+
+
+def test_random_bytes_as_the_kernel_log_are_unreadable_not_healthy():
+    noise = random.Random(18).randbytes(4096)
+    for check in ("xid", "mlx5-kernel-log", "pcie-link"):
+        status, summary = _status(check, _node(kernel_log=noise))
+        assert status is Status.ERROR, (check, summary)
+        assert "not a kernel log" in summary, check
+
+
+def test_another_tools_output_as_the_kernel_log_is_unreadable():
+    status, summary = _status("xid", _node(kernel_log=ETHTOOL.read_text()))
+    assert status is Status.ERROR and "kernel-log: unreadable output (not a kernel log" in summary
+
+
+def test_all_reduce_output_with_headers_but_no_result_rows_is_unreadable():
+    rows = re.compile(r"^\s+\d+\s+\d+\s+\w+\s+\w+")
+    text = "\n".join(line for line in _out("nccl-all-reduce").split("\n") if not rows.match(line))
+    assert "Avg bus bandwidth" in text
+    [f] = run_check("nccl-all-reduce", make_host(_node(nccl_all_reduce=text), "hgx-h200"))
+    assert f.status is Status.ERROR and "probe-unreadable" in f.symptoms
+    assert f.summary.startswith("unreadable output: 3 of 3 repetitions")
+    assert not {"nccl-hang", "nccl-failed"} & set(f.symptoms)
+
+
+def _cut_xml() -> str:
+    xml = _out("nvidia-smi-q-x")
+    second_gpu = xml.find("<gpu id", xml.find("<gpu id") + 1)
+    return xml[: second_gpu + 500]
+
+
+def test_an_xml_cut_mid_file_is_unreadable_not_missing_gpus():
+    probes = _node(nvidia_smi_q_x=_cut_xml())
+    del probes["nvidia-smi-q"]
+    [f] = run_check("gpu-inventory", make_host(probes, "hgx-h200"))
+    assert f.status is Status.ERROR and "gpu-missing" not in f.symptoms
+    assert "its attached_gpus says 8, 2 GPU element(s) read" in f.summary
+
+
+def test_an_xml_cut_mid_file_falls_back_to_the_text_report():
+    [f] = run_check("gpu-inventory", make_host(_node(nvidia_smi_q_x=_cut_xml()), "hgx-h200"))
+    assert f.status is Status.PASS and "8" in f.summary
+
+
+def test_missing_gpu_evidence_does_not_turn_garbled_nic_evidence_into_a_skip():
+    # nvidia-smi hung: no GPU model, so the generic profile; the RDMA tools printed garbage.
+    hung = result("nvidia-smi-q-x", b"", exit_code=124, timed_out=True, command=("nvidia-smi", "-q", "-x"))
+    garbage = "\x00\x17 not an ibstat at all \x01\n"
+    probes = {"nvidia-smi-q-x": hung, "ibstat": garbage, "ibv-devinfo": garbage, "ib-sysfs": garbage}
+    [f] = run_check("ib-port-down", make_host(probes, "generic"))
+    assert f.status is Status.ERROR and "unreadable output" in f.summary
+    # The rate has nothing to be compared with on the generic profile: that skip is honest.
+    [f] = run_check("ib-link-degraded", make_host(probes, "generic"))
+    assert f.status is Status.SKIP and f.summary.startswith("no NIC rate expected")
+
+
+def test_nor_into_a_skip_of_the_nic_firmware_checks():
+    hung = result("nvidia-smi-q-x", b"", exit_code=124, timed_out=True, command=("nvidia-smi", "-q", "-x"))
+    garbage = "\x00\x17 not an ibstat at all \x01\n"
+    probes = {"nvidia-smi-q-x": hung, "ibstat": garbage, "ibv-devinfo": garbage, "ib-sysfs": garbage}
+    for check in ("nic-fw-driver-mismatch", "nic-fw-inconsistent"):
+        [f] = run_check(check, make_host(probes, "generic"))
+        assert f.status is Status.ERROR, (check, f.summary)
+
+
+def test_a_node_without_nics_on_the_generic_profile_still_skips():
+    # GPUs read (one H200: generic), and no RDMA tool installed: nothing is wrong.
+    one_gpu = (Path(__file__).resolve().parents[1] / "fixtures" / "corpus" / "h200-vm" / "smi-q.xml").read_text()
+    missing = result("ibstat", b"", exit_code=127, command=("ibstat",))
+    [f] = run_check("ib-port-down", make_host({"nvidia-smi-q-x": one_gpu, "ibstat": missing}, "generic"))
+    assert f.status is Status.SKIP and "expects no NIC" in f.summary
+
+
+def test_more_gpus_than_the_platform_has_is_a_finding():
+    from derived import h200_node_xml
+
+    # The 8-GPU node (tests/derived.py, from the real H200 capture) with its last GPU listed
+    # once more under a ninth bus id, as a board of another platform would show.
+    xml = h200_node_xml(8)
+    last = xml[xml.rindex("\t<gpu id="): xml.rindex("</gpu>") + len("</gpu>")]
+    ninth = re.sub(r"00000000:[0-9A-F]{2}:00\.0", "00000000:EE:00.0", last)
+    xml = xml.replace(last, last + "\n" + ninth).replace("<attached_gpus>8<", "<attached_gpus>9<")
+    [f] = run_check("gpu-inventory", make_host({"nvidia-smi-q-x": xml}, "hgx-h200"))
+    assert f.status is Status.WARN and f.symptoms == ("gpu-count-unexpected",)
+    assert f.summary.startswith("9 GPUs visible, more than the 8 of a NVIDIA HGX H200 8-GPU")

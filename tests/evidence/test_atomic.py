@@ -1,0 +1,27 @@
+"""A failed atomic write leaves nothing behind: no half file, no temporary file."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.evidence.atomic import write_atomic
+from preflight.report.files import write_atomic as write_text_atomic
+
+
+def test_a_failed_rename_removes_the_temporary_file(tmp_path):
+    target = tmp_path / "report.json"
+    target.mkdir()
+    (target / "in-the-way").write_text("x")  # a non-empty directory: os.replace fails
+    with pytest.raises(OSError):
+        write_atomic(target, b"{}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+    with pytest.raises(OSError):
+        write_text_atomic(target, "{}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_a_write_replaces_the_file_whole(tmp_path):
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+    write_atomic(target, b"new")
+    assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]

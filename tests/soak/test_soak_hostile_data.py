@@ -1,0 +1,93 @@
+"""Soak files that break the contract are refused with file, line and field, never a crash or
+a report.json that is not JSON; odd but possible recordings are read with a note
+(preflight/soak/data.py). The soak is the real five-minute H200 burn of examples/h200-soak-5min,
+its telemetry edited as a corrupt file or a broken converter would leave it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from preflight.app.cli import main
+from preflight.soak.data import SoakDataError, read_soak
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "h200-soak-5min"
+
+
+@pytest.fixture
+def soak(tmp_path) -> Path:
+    out = tmp_path / "soak"
+    shutil.copytree(EXAMPLE, out, ignore=shutil.ignore_patterns("*.png", "*.md"))
+    return out
+
+
+def _edit_cell(soak: Path, line: int, column: str, value: str) -> None:
+    path = soak / "telemetry.csv"
+    lines = path.read_text().split("\n")
+    header = lines[0].split(",")
+    cells = lines[line - 1].split(",")
+    cells[header.index(column)] = value
+    lines[line - 1] = ",".join(cells)
+    path.write_text("\n".join(lines))
+
+
+@pytest.mark.parametrize(("column", "value", "said"), [
+    ("temperature_c", "inf", "inf is not a finite number"),
+    ("temperature_c", "-inf", "-inf is not a finite number"),
+    ("power_w", "Infinity", "is not a finite number"),
+    ("sm_clock_mhz", "-1500", "-1500 is outside what a reading can be (0 to 100000)"),
+    ("utilization_pct", "250", "250 is outside what a reading can be (0 to 100)"),
+    ("gpu", "1e20", "1e+20 is outside what a reading can be (0 to 4095)"),
+    ("time", "inf", "inf is not a finite number"),
+])
+def test_non_finite_or_impossible_values_are_refused_with_their_line(soak, tmp_path, capsys, column, value, said):
+    _edit_cell(soak, 40, column, value)
+    with pytest.raises(SoakDataError) as exc:
+        read_soak(soak)
+    assert str(exc.value).startswith(f"{soak / 'telemetry.csv'}:40: {column}: ") and said in str(exc.value)
+    assert main(["analyze", str(soak), "--out", str(tmp_path / "out"), "-q"]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_telemetry_file_that_is_not_utf8(soak):
+    path = soak / "telemetry.csv"
+    path.write_bytes(path.read_bytes().replace(b",vm,", b",v\xffm,", 1))
+    with pytest.raises(SoakDataError, match="telemetry.csv: not UTF-8 text"):
+        read_soak(soak)
+
+
+@pytest.mark.parametrize("name", ["telemetry.csv", "throughput.csv", "soak.json", "events.csv"])
+def test_a_directory_in_place_of_a_file(soak, name):
+    (soak / name).unlink()
+    (soak / name).mkdir()
+    if name == "events.csv":
+        read_soak(soak)  # optional, read as no events
+        return
+    with pytest.raises(SoakDataError, match="not a file|cannot read"):
+        read_soak(soak)
+
+
+def test_time_going_backwards_is_noted(soak):
+    lines = (soak / "telemetry.csv").read_text().split("\n")
+    lines[30], lines[31] = lines[31], lines[30]
+    (soak / "telemetry.csv").write_text("\n".join(lines))
+    notes = read_soak(soak).notes
+    assert any(n.startswith("telemetry.csv:32: vm GPU 0: time goes back") for n in notes), notes
+
+
+def test_a_gpu_appearing_mid_run_is_noted(soak):
+    lines = (soak / "telemetry.csv").read_text().split("\n")
+    late = [ln.replace(",vm,0,", ",vm,1,", 1) for ln in lines[100:200]]
+    (soak / "telemetry.csv").write_text("\n".join(lines[:-1] + late + [""]))
+    notes = read_soak(soak).notes
+    assert any("vm GPU 1 first appears" in n for n in notes), notes
+
+
+def test_report_json_of_an_odd_soak_is_strict_json(soak, tmp_path):
+    # Every memory reading empty: figures that cannot be computed are null, never NaN.
+    assert main(["analyze", str(soak), "--out", str(tmp_path / "out"), "-q", "--no-html"]) == 0
+    text = next((tmp_path / "out").glob("*/report.json")).read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"report.json holds {c}"))
