@@ -23,6 +23,9 @@ FLEET_HOST = "fleet-"
 # that failed, a task killed) starts with this; a host where every probe carries one is
 # judged `slurm-node-unavailable` rather than `host-unreachable`.
 SLURM_ERROR = "slurm: "
+# The start of every Slurm drain reason preflight sets (healthcheck, drain); only a drain whose
+# reason starts with it is ever resumed by preflight (docs/contracts.md).
+DRAIN_REASON_PREFIX = "preflight:"
 
 # ---- a soak directory ------------------------------------------------------------------------
 SOAK_JSON = "soak.json"

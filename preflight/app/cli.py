@@ -417,7 +417,7 @@ def cmd_healthcheck(args, console: Console) -> int:
 def cmd_prolog(args, console: Console) -> int:
     args.profile = None
     checks = _load_checks(args)
-    probes = prolog.without_limits_beyond(prolog.prolog_probes(probes_for(checks)), args.budget)
+    probes = prolog.prolog_probes(probes_for(checks))
     _, analysis, _, _ = healthcheck.run_healthcheck(
         probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, drain=False,
         mode="prolog")

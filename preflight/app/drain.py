@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from preflight.collect.slurm_job import node_states, set_state
+from preflight.contracts import DRAIN_REASON_PREFIX
 from preflight.parse.slurm import NodeState
 
-REASON_PREFIX = "preflight:"
 CONFIDENCE = ("high", "medium", "low")
 # Causes that are about reaching or running on the node, not about the node: never a drain.
 NOT_THE_NODE = frozenset({"host-unreachable", "slurm-node-unavailable", "run-incomplete", "tool-missing"})
@@ -78,7 +78,7 @@ def _theirs(state: NodeState | None) -> str | None:
     if state is None or "DRAIN" not in state.flags:
         return None
     reason = state.reason or ""
-    return None if reason.startswith(REASON_PREFIX) else (reason or "no reason given")
+    return None if reason.startswith(DRAIN_REASON_PREFIX) else (reason or "no reason given")
 
 
 def blamed(report: dict, min_confidence: str = "high") -> dict[str, dict]:
@@ -104,7 +104,7 @@ def plan_drain(report: dict, states: dict[str, NodeState], run_id: str, min_conf
         elif "DRAIN" in state.flags:
             plan.actions.append(NodeAction(node, "none", why=f"already drained by preflight ({state.reason})"))
         else:
-            reason = f"{REASON_PREFIX} {d['cause']} {run_id}: {d.get('action') or ''}".strip().rstrip(":")
+            reason = f"{DRAIN_REASON_PREFIX} {d['cause']} {run_id}: {d.get('action') or ''}".strip().rstrip(":")
             plan.actions.append(NodeAction(node, "drain", reason[:REASON_MAX], f"{d['cause']} ({d['confidence']})"))
     drains, total = len(plan.doing("drain")), len(report["hosts"])
     limit = math.floor(max_fraction * total)

@@ -10,18 +10,10 @@ from rich.console import Console
 from preflight.app import drain
 from preflight.app.errors import UsageError
 from preflight.contracts import EXIT_FAILED, EXIT_OK
+from preflight.knowledge.datafile import fraction
 
 PLAIN = {"markup": False, "highlight": False, "soft_wrap": True}  # node output, verbatim, one line each
 
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text!r}: a fraction of the run's nodes, from 0 to 1")
-    return value
 
 
 def _count(text: str) -> int:
@@ -35,7 +27,7 @@ def add_parsers(sub) -> None:
     dr.add_argument("run", type=Path, help="a run directory (reports/<run-id>) or its report.json")
     dr.add_argument("--min-confidence", choices=drain.CONFIDENCE, default="high",
                     help="the weakest diagnosis that drains (default high)")
-    dr.add_argument("--max-fraction", type=_fraction, default=0.1, metavar="F",
+    dr.add_argument("--max-fraction", type=fraction("the run's nodes"), default=0.1, metavar="F",
                     help="refuse to drain more than this share of the run's nodes (default 0.1)")
     dr.add_argument("--max-nodes", type=_count, metavar="N", help="and more than N nodes")
     dr.add_argument("--dry-run", action="store_true", help="say what would be drained; change nothing")

@@ -28,14 +28,13 @@ from preflight import __version__
 from preflight.collect.fanout import ExecPlan, run_node
 from preflight.collect.local import LocalNode, local_host_name
 from preflight.collect.slurm_job import SlurmUsageError, node_states, set_state
-from preflight.contracts import EXIT_FAILED, EXIT_OK
+from preflight.contracts import DRAIN_REASON_PREFIX, EXIT_FAILED, EXIT_OK
 from preflight.diagnose.analysis import analyze
 from preflight.evidence.bundle import BundleWriter, new_run_id
 from preflight.model import Analysis
 from preflight.parse.slurm import NodeState
 from preflight.report.files import write_reports
 
-REASON_PREFIX = "preflight:"
 KEEP = 10  # healthcheck runs kept on the node's disk; it runs every HealthCheckInterval
 _CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
 
@@ -52,12 +51,12 @@ class Action:
 def decide(status: str, cause: str | None, run_id: str, node: NodeState | None) -> Action:
     """The rule above, pure: this run's verdict and the node's current state in, the action out."""
     current = (node.reason or "") if node else ""
-    ours = current.startswith(REASON_PREFIX)
+    ours = current.startswith(DRAIN_REASON_PREFIX)
     drained = node is not None and "DRAIN" in node.flags
     if status == "fail":
         if drained and not ours:
             return Action("none", why=f"failed, but drained by someone else ({current}): left as it is")
-        return Action("drain", f"{REASON_PREFIX} {cause or 'check-failed'} {run_id}", "failed")
+        return Action("drain", f"{DRAIN_REASON_PREFIX} {cause or 'check-failed'} {run_id}", "failed")
     if status == "error":
         return Action("none", why="could not tell (error): never drains, never resumes")
     if drained and ours:

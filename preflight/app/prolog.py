@@ -14,8 +14,6 @@ with a larger budget, is where such a node is looked at again.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from preflight.contracts import EXIT_FAILED, EXIT_OK
 
 # GPUs present and healthy, the NVSwitch fabric up, the NIC ports up: what makes a job fail at
@@ -27,16 +25,10 @@ DEFAULT_BUDGET_S = 10.0
 
 
 def prolog_probes(probes):
-    """The checks' probes without the slow tools (a check reads what the others give)."""
-    return tuple(p for p in probes if p.tool not in SLOW_TOOLS and not p.active and not p.after_active)
+    """The checks' probes without the slow tools (a check reads what the others give); the
+    healthcheck's plan then keeps the static ones and bounds each by the budget."""
+    return tuple(p for p in probes if p.tool not in SLOW_TOOLS)
 
 
 def exit_code(status: str) -> int:
     return EXIT_FAILED if status == "fail" else EXIT_OK
-
-
-def without_limits_beyond(probes, budget_s: float):
-    """A probe's own limit above a third of the budget (or a multiple of the run's timeout) would
-    outlive the prolog."""
-    return tuple(p if p.timeout_s is None or p.timeout_s <= budget_s / 3 else replace(p, timeout_s=None)
-                 for p in (replace(p, timeout_factor=None) if p.timeout_factor else p for p in probes))

@@ -17,7 +17,7 @@ from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.collect.local import local_host_name
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.evidence.bundle import new_run_id
-from preflight.knowledge.datafile import LONGEST_S, positive
+from preflight.knowledge.datafile import LONGEST_S, fraction, positive
 from preflight.soak.controller import analyze_and_show, follow
 from preflight.soak.plan import (
     ENGINES,
@@ -36,7 +36,7 @@ def add_slo_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo", action="append", default=[], metavar="KEY=VALUE",
                    help="a serving SLO judged on every window (repeatable): ttft_p50|ttft_p90|ttft_p99|tpot_p50|"
                         "tpot_p99=TIME (800ms, 1.5s) or error_rate=FRACTION (0.1%%, 0.001)")
-    p.add_argument("--slo-budget", type=_fraction, default=0.05, metavar="F",
+    p.add_argument("--slo-budget", type=fraction("the windows"), default=0.05, metavar="F",
                    help="share of the windows an SLO may be broken in before the run fails (default 0.05)")
 
 
@@ -47,15 +47,6 @@ def slos_of(args) -> tuple:
     except SloError as exc:
         raise UsageError(str(exc)) from None
 
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text!r}: a share of the windows, from 0 to 1")
-    return value
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

@@ -50,3 +50,19 @@ def positive(kind, maximum: float | None = None):
         return value
 
     return parse
+
+
+def fraction(what: str):
+    """An argparse ``type`` accepting a number from 0 to 1; ``what`` says what it is a share of
+    (nan compares false with both bounds, so it is refused with them)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not 0 <= value <= 1:
+            raise argparse.ArgumentTypeError(f"must be a share of {what}, from 0 to 1: {text!r}")
+        return value
+
+    return parse

@@ -26,6 +26,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 from preflight.parse import ParseError
+from preflight.parse.xml_damage import pull_events
 
 _SHELL_ERROR_RE = re.compile(r"command not found|: not found|No such file or directory", re.I)
 
@@ -383,27 +384,10 @@ def _parse_fw_xml(text: str) -> FirmwareQuery:
 
 
 def _closed_elements(text: str, notes: list[str]) -> list[ET.Element]:
-    """Every element that closed before the XML broke off. A cut-off capture still yields every
-    <Device> that closed before the cut; the pull parser reports some damage while feeding and
-    some only while its events are read, so both are caught."""
-    parser = ET.XMLPullParser(events=("end",))
-    closed: list[ET.Element] = []
-    error = None
-    try:
-        parser.feed(text)
-        parser.close()
-    except ET.ParseError as exc:
-        error = exc
-    events = parser.read_events()
-    while True:
-        try:
-            _, elem = next(events)
-        except StopIteration:
-            break
-        except ET.ParseError as exc:
-            error = error or exc
-            break
-        closed.append(elem)
+    """Every element that closed before the XML broke off: a cut-off capture still yields every
+    <Device> that closed before the cut."""
+    events, error = pull_events(text, ("end",))
+    closed = [elem for _, elem in events]
     if error is not None:
         notes.append(f"XML ends early or is malformed ({error}); kept the complete devices")
     return closed

@@ -51,6 +51,7 @@ from preflight.parse.smi_records import (
     SmiReport,
 )
 from preflight.parse.smi_text import TextNode, normalise_label, read_sections
+from preflight.parse.xml_damage import pull_events
 
 # --- Value conversion ----------------------------------------------------------------------
 
@@ -414,26 +415,8 @@ def _read_xml(text: str, notes: list[str]) -> ET.Element | None:
         return ET.fromstring(text)
     except ET.ParseError:
         pass
-    parser = ET.XMLPullParser(events=("start", "end"))
-    root, closed, error = None, set(), None
-    parser.feed(text)
-    try:
-        parser.close()
-    except ET.ParseError as exc:
-        error = exc
-    events = parser.read_events()
-    while True:
-        try:
-            event, element = next(events)
-        except StopIteration:
-            break
-        except ET.ParseError as exc:
-            error = exc
-            break
-        if root is None:
-            root = element
-        if event == "end":
-            closed.add(id(element))
+    events, error = pull_events(text, ("start", "end"))
+    root, closed = (events[0][1] if events else None), {id(e) for kind, e in events if kind == "end"}
     if root is not None and error is not None:
         for element in root.iter():
             if id(element) not in closed and len(element) == 0:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from preflight.check import Outcome
 from preflight.contracts import THROUGHPUT_CSV
-from preflight.model import Evidence, Status
+from preflight.model import Evidence, Status, worst
 from preflight.soak.slo_spec import LATENCY_METRICS, Slo
 
 DRIFT_FACTOR = 2.0
@@ -45,13 +45,13 @@ def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float)
     t0 = wide.index.min()
     summary = _percentiles(wide)
     broken, notes, evidence, data = [], [], [], {"slos": {}}
-    worst = Status.PASS
+    verdict = Status.PASS
     for slo in slos:
         column = LATENCY_METRICS.get(slo.key, slo.key)
         values = wide[column].dropna() if column in wide else pd.Series(dtype=float)
         if values.empty:
             notes.append(f"{slo.text}: no window has {column}")
-            worst = max(worst, Status.ERROR, key=_rank)
+            verdict = worst((verdict, Status.ERROR))
             continue
         over = values[values > slo.limit]
         share = len(over) / len(values)
@@ -59,7 +59,7 @@ def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float)
         if over.empty:
             continue
         status = Status.FAIL if share > budget else Status.WARN
-        worst = max(worst, status, key=_rank)
+        verdict = worst((verdict, status))
         top = over.sort_values(ascending=False).head(3)
         broken.append(f"{slo.text} broken in {len(over)} of {len(values)} windows ({share:.0%}; "
                       f"allowed {budget:.0%}), worst {slo.show(top.iloc[0])} at +{(top.index[0] - t0) / 60:.1f} min")
@@ -68,18 +68,14 @@ def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float)
         if unjudged:
             notes.append(f"{slo.text}: {unjudged} window(s) without a value (no request ended in them)")
     drift = _drift(wide)
-    symptoms = ["slo-violated"] if worst in (Status.FAIL, Status.WARN) and broken else []
+    symptoms = ["slo-violated"] if verdict in (Status.FAIL, Status.WARN) and broken else []
     if drift:
         symptoms.append("latency-drift")
-        if worst is Status.PASS:
-            worst = Status.WARN
+        if verdict is Status.PASS:
+            verdict = Status.WARN
     parts = broken + ([drift] if drift else []) + notes
     text = ("; ".join(parts) + "; " if parts else ("every SLO held; " if slos else "")) + summary
-    return Outcome(worst, text, tuple(symptoms), tuple(evidence), data, host)
-
-
-def _rank(status: Status) -> int:
-    return [Status.PASS, Status.WARN, Status.FAIL, Status.ERROR].index(status)
+    return Outcome(verdict, text, tuple(symptoms), tuple(evidence), data, host)
 
 
 def _percentiles(wide: pd.DataFrame) -> str:
