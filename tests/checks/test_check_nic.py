@@ -557,6 +557,51 @@ def test_gpu_pcie_lines_are_left_to_the_gpu_check_unless_the_address_is_a_nic():
     assert "0000:8b:00.0: 252.048 Gb/s available" in f.summary and "0000:04:00.0" not in f.summary
 
 
+def mlx5_log(name):
+    return run_check("mlx5-kernel-log", make_host({"kernel-log": corpus(f"kernel-log/{name}")}))
+
+
+@pytest.mark.parametrize("name, device, watts", [
+    ("mlx5-pcie-event-insufficient-power-27w-dmesg-T.txt", "0000:5c:00.0", "27W"),
+    ("mlx5-cx6-ocp3-x4-slot-insufficient-power-25w.txt", "0000:04:00.0", "25W"),
+])
+def test_insufficient_slot_power_warns(name, device, watts):
+    found = {tuple(f.symptoms): f for f in mlx5_log(name)}
+    f = found[("nic-power-insufficient",)]
+    assert f.status.value == "warn"
+    assert f.summary.startswith(f"PCIe slot power below what the NIC needs: {device}: the PCIe slot advertises {watts}")
+    assert "Detected insufficient power on the PCIe slot" in f.evidence[0].excerpt
+    assert "SlotPowerLimit" in f.action
+
+
+@pytest.mark.parametrize("name", ["mlx5-cx6-ocp3-x16-slot-sufficient-power-75w.txt",
+                                  "mlx5-slot-power-capability-not-advertised.txt"])
+def test_info_level_slot_power_lines_are_not_flagged(name):
+    # The same card in a full-power slot (its x16 link still trains at 8 GT/s, which is flagged
+    # as PCIe), and a node whose slots do not advertise their power at all.
+    found = mlx5_log(name)
+    assert all(f.symptoms != ("nic-power-insufficient",) for f in found)
+    assert all("nic-module-error" not in f.symptoms for f in found)
+    if name.startswith("mlx5-slot"):
+        assert one(found, "pass")
+
+
+def test_port_module_high_temperature_fails_with_an_airflow_action():
+    f = one(mlx5_log("mlx5-port-module-error-high-temperature.txt"), "fail")
+    assert f.symptoms == ("nic-module-error",)
+    assert f.summary == "NIC port module errors: a NIC the line does not name: port module 0: High Temperature (1 log line)"
+    assert f.action.startswith("the module or cable in the named cage is overheating")
+    assert f.data["modules"] == [0]
+
+
+def test_slot_power_and_module_causes_are_explained():
+    kb = load_knowledge()
+    for cause in ("nic-power-insufficient", "nic-module-error"):
+        assert cause in kb.causes and explain(cause, kb)
+    [d] = diagnose(mlx5_log("mlx5-port-module-error-high-temperature.txt"), kb)
+    assert d.cause == "nic-module-error"
+
+
 def test_clean_log_passes_and_a_missing_log_is_an_error():
     f = one(run_check("mlx5-kernel-log", make_host({"kernel-log": corpus("kernel-log/a100-xid63-row-remapper-pending.txt")})),
             "pass")
