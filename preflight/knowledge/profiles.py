@@ -95,8 +95,12 @@ SCHEMA: dict[str, dict[str, tuple[str, Callable[[Any], bool]]]] = {
             "rate_gbps": ("a positive number", _positive_number),
             "gpu_nic_max_path": ("a string", lambda v: isinstance(v, str)),
             "policy_file": ("a file path", lambda v: isinstance(v, str) and bool(v))},
-    "nccl": {key: ("a positive number", _positive_number)
-             for key in ("all_reduce_busbw_gbs", "all_reduce_busbw_ring_gbs", "inter_node_busbw_per_nic_gbs")},
+    "nccl": {**{key: ("a positive number", _positive_number)
+                for key in ("all_reduce_busbw_gbs", "all_reduce_busbw_ring_gbs", "inter_node_busbw_per_nic_gbs",
+                            # a site baseline's own lines and what its figure was measured on
+                            # (preflight/knowledge/site_profile.py)
+                            "all_reduce_busbw_warn_gbs", "all_reduce_busbw_fail_gbs")},
+             "all_reduce_ranks": ("a whole number", _count), "all_reduce_bytes": ("a whole number", _count)},
 }
 
 
