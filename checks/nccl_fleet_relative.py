@@ -13,8 +13,9 @@ How faulty is told from normal:
   failed is already failed by nccl-all-reduce; this check says nothing about it.
 - Nodes are compared only with their like: the same GPU model (from the run's device lines),
   the same rank count and the same largest message. Each such group needs ``MIN_FLEET`` (4)
-  nodes: with fewer, one slow node and one fast one are half the group and the median is no
-  reference; below that the check names the group and judges nobody.
+  nodes: with 3 or fewer, one odd node is a third of the group or more, and two slow nodes of
+  three make the healthy one the outlier. Below that the check names the group (SKIP, no host)
+  and judges nobody; a node alone is not a fleet, and the check says nothing.
 - The figure is the node's busbw at the largest size (median over its repetitions, the higher
   of out-of-place and in-place, as nccl-all-reduce reads it), against the group's median.
   More than 15 % below WARNs, more than 50 % below FAILs (``nccl-below-fleet-median``): the
@@ -65,6 +66,8 @@ def nccl_fleet_relative(fleet):
     findings = []
     for (model, ranks, largest), members in groups.items():
         like = f"{ranks} x {model or 'GPU (model not in the output)'} at {_size(largest)}"
+        if len(members) == 1:
+            continue  # one node is not a fleet: nothing to say
         if len(members) < MIN_FLEET:
             findings.append(skip(f"{len(members)} host(s) of {like} ({', '.join(members)}): fewer than {MIN_FLEET}, "
                                  "no fleet median to compare with"))

@@ -23,7 +23,7 @@ from preflight.collect.nccl import PROBE_ID
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "baseline"
 FAST = (FIXTURES / "mi350x-8gpu-allreduce-g8-single-process.txt").read_text()
 SLOW = (FIXTURES / "mi350x-8gpu-allreduce-mpirun-np8-g1.txt").read_text()
-A100 = (FIXTURES / "a100-sxm4-40gb-8gpu-allreduce-old-format-validation0.txt").read_text()
+A100 = (FIXTURES.parent / "corpus" / "nccl-tests" / "a100-sxm4-40gb-8gpu-allreduce-old-format-validation0.txt").read_text()
 FAILED = (Path(__file__).parents[1] / "fixtures" / "corpus" / "nccl-tests"
           / "jean-zay-nccl-warn-socket-connect-refused.txt").read_text()
 
