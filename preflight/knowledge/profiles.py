@@ -118,10 +118,29 @@ def _schema_error(data: dict) -> str | None:
             kind, ok = keys[key]
             if item is not None and not ok(item):
                 return f"field '{section}.{key}' must be {kind}, not {item!r}"
+    lines = _site_lines_error(data.get("nccl") or {})
+    if lines:
+        return lines
     sources = data.get("sources")
     if sources is not None and (not isinstance(sources, dict)
                                 or not all(isinstance(v, str) for v in sources.values())):
         return "field 'sources' must map keys to strings"
+    return None
+
+
+def _site_lines_error(nccl: dict) -> str | None:
+    """A site baseline's warn and fail lines come together, under a figure, in that order
+    (preflight/knowledge/site_profile.py): one alone would leave the check on the other rule."""
+    warn, fail = nccl.get("all_reduce_busbw_warn_gbs"), nccl.get("all_reduce_busbw_fail_gbs")
+    figure = nccl.get("all_reduce_busbw_gbs")
+    if warn is None and fail is None:
+        return None
+    if warn is None or fail is None or figure is None:
+        return ("fields 'nccl.all_reduce_busbw_warn_gbs' and 'nccl.all_reduce_busbw_fail_gbs' go together, "
+                "with 'nccl.all_reduce_busbw_gbs'")
+    if not fail < warn <= figure:
+        return (f"field 'nccl.all_reduce_busbw_fail_gbs' ({fail}) must be below 'nccl.all_reduce_busbw_warn_gbs' "
+                f"({warn}), and that at most 'nccl.all_reduce_busbw_gbs' ({figure})")
     return None
 
 

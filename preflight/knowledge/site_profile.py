@@ -103,7 +103,8 @@ def site_profile(figure: str, samples: list[Sample], runs: list[RunSource], ctx:
     keys = FIGURES[figure]
     spread = derive([s.value for s in samples])
     data = copy.deepcopy(ctx.base)
-    data["name"] = f"{data.get('name', data.get('id'))} (site baseline)"
+    name = str(data.get("name", data.get("id")))
+    data["name"] = name if name.endswith(" (site baseline)") else f"{name} (site baseline)"
     # Every figure of FIGURES lives in the nccl section (a profile may leave it empty or null).
     nccl = dict(data.get("nccl") or {})
     data["nccl"] = nccl

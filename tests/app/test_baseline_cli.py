@@ -127,6 +127,8 @@ def test_a_host_without_the_figure_is_refused(tmp_path, capsys):
 def test_a_missing_or_repeated_run_is_refused(tmp_path, capsys):
     run = run_dir(tmp_path, "r0", {"mi01": FAST})
     _refused(tmp_path, capsys, [str(tmp_path / "nowhere")], "nowhere: no such run directory or bundle")
+    (tmp_path / "empty").mkdir()
+    _refused(tmp_path, capsys, [str(tmp_path / "empty")], "empty: not a bundle (no bundle.json)")
     _refused(tmp_path, capsys, [str(run), str(run / "bundle"), str(run)], "the same run as", "each run counts once")
 
 

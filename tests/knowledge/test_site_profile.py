@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from preflight.knowledge.profiles import load_profile_file, load_profiles
+from preflight.knowledge.profiles import ProfileError, load_profile_file, load_profiles
 from preflight.knowledge.site_profile import (
     CAP,
     FLOOR,
@@ -105,3 +105,19 @@ def test_site_profile_keeps_the_base_profile_and_adds_the_figure_with_its_source
 def test_a_generic_base_with_no_nccl_section_gets_one():
     _, data = _profile("generic")
     assert data["nccl"]["all_reduce_busbw_gbs"] == 367.51
+
+
+@pytest.mark.parametrize("nccl, words", [
+    ({"all_reduce_busbw_gbs": 367.51, "all_reduce_busbw_warn_gbs": 349.13}, "go together"),
+    ({"all_reduce_busbw_warn_gbs": 349.13, "all_reduce_busbw_fail_gbs": 330.76}, "go together"),
+    ({"all_reduce_busbw_gbs": 367.51, "all_reduce_busbw_warn_gbs": 330.76, "all_reduce_busbw_fail_gbs": 349.13},
+     "must be below"),
+    ({"all_reduce_busbw_gbs": 300.0, "all_reduce_busbw_warn_gbs": 349.13, "all_reduce_busbw_fail_gbs": 330.76},
+     "at most"),
+])
+def test_a_hand_edited_site_profile_with_lines_that_cannot_hold_is_refused(tmp_path, nccl, words):
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({"id": "hgx-b300", "name": "site", "nccl": nccl}))
+    with pytest.raises(ProfileError, match=words) as exc:
+        load_profile_file(path)
+    assert str(path) in str(exc.value)
