@@ -115,7 +115,7 @@ def site_profile(figure: str, samples: list[Sample], runs: list[RunSource], ctx:
         nccl["all_reduce_ranks"] = ctx.ranks
     if ctx.message_bytes is not None:
         nccl["all_reduce_bytes"] = ctx.message_bytes
-    how = "per-node figures of one fleet run" if ctx.from_fleet else "one median per run"
+    how = "every node a sample, --from-fleet" if ctx.from_fleet else "one median per run"
     origin = (f"site baseline {derived_at}: median of {spread.n} samples ({how}) from "
               f"{', '.join(r.run_id for r in runs)}")
     sources = dict(data.get("sources") or {})
