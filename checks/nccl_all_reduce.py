@@ -37,9 +37,10 @@ How faulty is told from normal:
 - Site baseline (a profile written by ``preflight baseline``): its figure is the median of the
   site's known-good runs and it carries its own lines (``nccl.all_reduce_busbw_warn_gbs``,
   ``..._fail_gbs``: median - margin and median - 2 x margin, preflight/knowledge/site_profile.py),
-  which replace the 85 % / 50 % ratios. Its ``nccl.all_reduce_ranks`` and
-  ``nccl.all_reduce_bytes`` say what the figure was measured on: another rank count or largest
-  size is not judged against it.
+  which replace the 85 % / 50 % ratios. Its ``nccl.all_reduce_ranks``, ``nccl.all_reduce_bytes``
+  and ``nccl.all_reduce_gpu_model`` say what the figure was measured on: another rank count,
+  largest size or GPU model (from the run's device lines) is not judged against it, which keeps
+  a baseline derived under the generic profile off the other GPUs that profile also takes.
 - Single GPU (one rank): no inter-GPU traffic, busbw is 0 by definition, so bandwidth is not
   applicable (SKIP), but a hang or corruption still FAILs.
 - NCCL log lines (``NCCL_SIGNATURES`` in preflight/parse/nccl_tests.py) become symptoms:
@@ -272,6 +273,8 @@ def _why_no_threshold(host, runs: list[NcclRun], nranks: int | None, largest: in
     expected = host.profile.get("nccl.all_reduce_busbw_gbs")
     gpus = host.profile.get("nccl.all_reduce_ranks") or host.profile.gpu_count
     site_bytes = host.profile.get("nccl.all_reduce_bytes")
+    site_model = host.profile.get("nccl.all_reduce_gpu_model")
+    models = {d.name for run in runs for d in run.devices if d.name}
     if collective != "all_reduce":
         return f"a {collective} run, not all_reduce: no threshold"
     if largest < MIN_JUDGED_BYTES:
@@ -284,6 +287,9 @@ def _why_no_threshold(host, runs: list[NcclRun], nranks: int | None, largest: in
         return "rank count not in the output: not judged against the profile"
     if gpus is not None and nranks != gpus:
         return f"{nranks} ranks, but the {expected:g} GB/s of {host.profile.id} is for {gpus} GPUs: not judged"
+    if site_model is not None and models != {site_model}:
+        return (f"GPU model {', '.join(sorted(models)) or 'not in the output'}, but the {expected:g} GB/s of "
+                f"{host.profile.id} is for {site_model}: not judged")
     if site_bytes is not None and largest != site_bytes:
         return (f"largest size {_size(largest)}, but the {expected:g} GB/s of {host.profile.id} was measured at "
                 f"{_size(site_bytes)}: not judged")

@@ -100,7 +100,8 @@ SCHEMA: dict[str, dict[str, tuple[str, Callable[[Any], bool]]]] = {
                             # a site baseline's own lines and what its figure was measured on
                             # (preflight/knowledge/site_profile.py)
                             "all_reduce_busbw_warn_gbs", "all_reduce_busbw_fail_gbs")},
-             "all_reduce_ranks": ("a whole number", _count), "all_reduce_bytes": ("a whole number", _count)},
+             "all_reduce_ranks": ("a whole number", _count), "all_reduce_bytes": ("a whole number", _count),
+             "all_reduce_gpu_model": ("a string", lambda v: isinstance(v, str) and bool(v))},
 }
 
 

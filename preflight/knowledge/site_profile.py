@@ -115,6 +115,8 @@ def site_profile(figure: str, samples: list[Sample], runs: list[RunSource], ctx:
         nccl["all_reduce_ranks"] = ctx.ranks
     if ctx.message_bytes is not None:
         nccl["all_reduce_bytes"] = ctx.message_bytes
+    if ctx.gpu_model:
+        nccl["all_reduce_gpu_model"] = ctx.gpu_model
     how = "every node a sample, --from-fleet" if ctx.from_fleet else "one median per run"
     origin = (f"site baseline {derived_at}: median of {spread.n} samples ({how}) from "
               f"{', '.join(r.run_id for r in runs)}")
@@ -128,6 +130,8 @@ def site_profile(figure: str, samples: list[Sample], runs: list[RunSource], ctx:
         sources["nccl.all_reduce_ranks"] = f"the ranks of every sample ({origin})"
     if ctx.message_bytes is not None:
         sources["nccl.all_reduce_bytes"] = f"the largest message of every sample ({origin})"
+    if ctx.gpu_model:
+        sources["nccl.all_reduce_gpu_model"] = f"the GPU model of every sample's device lines ({origin})"
     data["baseline"] = {
         "derived": derived_at,
         "rule": "warn below median - margin, fail below median - 2 x margin; margin = 3 x 1.4826 x MAD, "

@@ -67,6 +67,11 @@ def test_baseline_from_runs_then_analyze_fails_the_slow_node(tmp_path, capsys):
     assert statuses(rep, "nccl-all-reduce") == {"mi01": "pass", "mi02": "fail"}
     assert {h: v["status"] for h, v in rep["hosts"].items()} == {"mi01": "pass", "mi02": "fail"}
     assert {d["cause"]: d["hosts"] for d in rep["diagnoses"]} == {"nccl-low-bandwidth": ["mi02"]}
+    # The generic profile it replaced also takes other GPUs: an A100 node is not held against it.
+    other = run_dir(tmp_path, "other", {"a100": A100})
+    assert main(["analyze", str(other), "--profile-file", str(site), "--out", str(tmp_path / "other-out"), "-q"]) == 0
+    [f] = [f for f in report(tmp_path / "other-out")["findings"] if f["check"] == "nccl-all-reduce"]
+    assert f["status"] == "pass" and "is for AMD Instinct MI350X: not judged" in f["summary"]
 
 
 def test_from_fleet_takes_every_node_of_one_run_as_a_sample(tmp_path, capsys):

@@ -64,6 +64,16 @@ def test_a_run_at_another_message_size_is_not_held_against_the_site_figure():
     assert "measured at 16 GiB: not judged" in f.summary
 
 
+def test_a_site_figure_is_not_held_against_another_gpu_model():
+    # A baseline of MI350X runs under the generic profile must not judge the A100 generic also takes.
+    data = {"nccl": {**SITE["nccl"], "all_reduce_gpu_model": "AMD Instinct MI350X"}}
+    [f] = run_check("nccl-all-reduce", site_host(A100, data))
+    assert f.status is Status.PASS and not f.symptoms
+    assert "GPU model A100-SXM4-40GB, but the 367.51 GB/s of generic is for AMD Instinct MI350X" in f.summary
+    [slow] = run_check("nccl-all-reduce", site_host(SLOW, data))
+    assert slow.status is Status.FAIL
+
+
 def test_the_site_rank_count_replaces_the_profile_gpu_count():
     data = {"gpu": {"count": 4}, "nccl": {**SITE["nccl"]}}  # 8 ranks is what the figure is for
     [f] = run_check("nccl-all-reduce", site_host(SLOW, data))

@@ -85,7 +85,7 @@ def test_site_profile_keeps_the_base_profile_and_adds_the_figure_with_its_source
     assert data["nvlink"] == base.data["nvlink"]
     assert data["nccl"] == {"all_reduce_busbw_gbs": 367.51, "all_reduce_busbw_warn_gbs": 349.13,
                             "all_reduce_busbw_fail_gbs": 330.76, "all_reduce_ranks": 8,
-                            "all_reduce_bytes": 8589934592}
+                            "all_reduce_bytes": 8589934592, "all_reduce_gpu_model": "AMD Instinct MI350X"}
     assert "median of 3 samples" in data["sources"]["nccl.all_reduce_busbw_gbs"]
     assert "run-0, run-1, run-2" in data["sources"]["nccl.all_reduce_busbw_gbs"]
     assert data["sources"]["nvlink.links_per_gpu"] == base.data["sources"]["nvlink.links_per_gpu"]
