@@ -134,9 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "active tests add their own limits)")
     run.add_argument("--per-node", type=_positive(int), default=4, metavar="N",
                      help="probes run at once on one node (default 4)")
-    run.add_argument("--node-runner", action="store_true",
-                     help="SSH: one channel per node, whose python3 runs the node's probes itself (as a Slurm "
-                          "task does); nodes without python3 are probed the default way")
+    run.add_argument("--node-runner", action=argparse.BooleanOptionalAction, default=True,
+                     help="SSH: one channel per node, whose python3 runs the node's probes itself, as a Slurm "
+                          "task does (the default); --no-node-runner opens a channel per probe, which is also "
+                          "how nodes without a usable python3 are probed")
     run.add_argument("--workers", type=_positive(int), metavar="N",
                      help="controller processes sharing the SSH fan-out (default: one per 64 hosts, "
                           "at most one per core)")
