@@ -1,5 +1,6 @@
-"""`run --node-runner` over real sshd: each node runs its own probes (the Slurm task's runner)
-through one SSH channel, with the verdicts of the default channel-per-probe path."""
+"""`run` over real sshd with the node runner (the default): each node runs its own probes (the
+Slurm task's runner) through one SSH channel, with the verdicts of `--no-node-runner`'s channel
+per probe."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def _run(cluster, out, *extra):
 def test_the_node_runner_gives_the_verdicts_of_a_channel_per_probe(sim_cluster, tmp_path):
     cluster = sim_cluster([gpu_node("gpu01"), SimHost("gpu02", down=True), gpu_node("gpu03", gpus=7),
                            gpu_node("gpu04", driver="570.195.03"), SimHost("gpu05"), gpu_node("gpu06", hang_s=60)])
-    default = _run(cluster, tmp_path / "default")
-    batched = _run(cluster, tmp_path / "batched", "--node-runner")
+    default = _run(cluster, tmp_path / "default", "--no-node-runner")  # a channel per probe
+    batched = _run(cluster, tmp_path / "batched")
     assert batched[0] == default[0] == 1
     assert batched[1]["hosts"] == default[1]["hosts"]
     # The same diagnoses; their evidence quotes each probe's own duration.
@@ -72,7 +73,7 @@ def test_results_stream_back_as_the_node_finishes_them(sim_cluster, tmp_path):
                                                       "nvidia-smi -q": Reply("", sleep_s=120)})])
     out = tmp_path / "reports"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "preflight", "run", "--hosts", str(cluster.hosts_file), "--node-runner",
+        [sys.executable, "-m", "preflight", "run", "--hosts", str(cluster.hosts_file),
          "--ssh-config", str(cluster.ssh_config), "--known-hosts", str(cluster.known_hosts),
          "--identity", str(cluster.identity), "--out", str(out), "--run-id", "s", "-q",
          "--checks", SMI_CHECKS, "--timeout", "100"],
