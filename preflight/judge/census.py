@@ -4,9 +4,10 @@
 commands: ``nvidia-smi nvlink --status`` names every GPU ("GPU 0: NVIDIA B300 SXM6 AC (UUID:
 ...)"), ``nvidia-smi topo -m`` has one row per GPU but no names, and ``lspci`` lists the GPUs
 on the PCI bus with their device ids (from which the platform profile's ``gpu.pci_device_id``
-tells the model). The census takes each from the first source that has it, in the order
-below, and keeps what every source counted so a check can say where a figure came from and
-where two sources disagree.
+tells the model) or, where its pci.ids knows the device, the database's product name
+("GH100 [H100 SXM5 80GB]"), which the profiles' name patterns match like nvidia-smi's. The
+census takes each from the first source that has it, in the order below, and keeps what every
+source counted so a check can say where a figure came from and where two sources disagree.
 
 Order, and why: the driver's own views come first (``-q``, then ``nvlink --status``, then
 ``topo -m``), because they count the GPUs a job can use; ``lspci`` counts what is on the bus,
@@ -98,6 +99,7 @@ def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
     if pci is not None:
         gpus = lspci_parse.nvidia_gpus(pci)
         pci_ids = tuple(d.device_id for d in gpus if d.device_id is not None)
+        named.append(("lspci", tuple(d.product for d in gpus if d.product)))
         if gpus:
             counts.append(SourceCount("lspci", len(gpus)))
     first = counts[0] if counts else None

@@ -23,7 +23,8 @@ Real variants handled:
 Identity: ``vendor_id``/``device_id`` are read from the header when it carries them: the
 ``[10de:3182]`` of ``lspci -nn``, or the ``NVIDIA Corporation Device 3182`` that lspci prints
 when its pci.ids is older than the device (seen on B300 hosts). A header lspci could name
-("GH100 [H100 SXM5 80GB]") carries no id, and none is guessed from the name.
+("GH100 [H100 SXM5 80GB]") carries no id, and none is guessed from the name; its bracketed
+pci.ids name is kept as ``product``.
 ``device_class`` is the text before the colon ("3D controller"); ``nvidia_gpus`` picks the
 NVIDIA display-class devices, which leaves out NVSwitches (class "Bridge") and audio functions.
 
@@ -44,6 +45,7 @@ _SPEED = re.compile(r"Speed\s+(unknown|\d+(?:\.\d+)?)(?:GT/s)?(?:\s*\((\w+)\))?"
 _WIDTH = re.compile(r"Width\s+x(\d+)(?:\s*\((\w+)\))?")
 _GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
 _NN_ID = re.compile(r"\[([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\]")
+_BRACKETED = re.compile(r"\[([^\]]+)\]")
 _UNNAMED = re.compile(r"(NVIDIA Corporation|Mellanox Technologies) Device ([0-9a-fA-F]{4})\b")
 # Vendor names lspci prints, for headers without -nn; only the vendors preflight judges.
 _VENDORS = {"NVIDIA Corporation": 0x10DE, "Mellanox Technologies": 0x15B3}
@@ -72,6 +74,7 @@ class PciDevice:
     vendor_id: int | None = None
     device_id: int | None = None
     device_class: str | None = None
+    product: str | None = None  # pci.ids' bracketed name ("H100 SXM5 80GB"), where lspci printed one
 
     @property
     def downgraded(self) -> bool | None:
@@ -159,6 +162,9 @@ def _identity(description: str | None) -> dict:
     out: dict = {"device_class": re.sub(r"\s*\[[0-9a-fA-F]{4}\]$", "", device_class.strip())}
     ids = _NN_ID.findall(rest)
     unnamed = _UNNAMED.search(rest)
+    named = [b for b in _BRACKETED.findall(rest) if not _NN_ID.fullmatch(f"[{b}]")]
+    if named:
+        out["product"] = named[-1]
     if ids:
         # The device's own [vendor:device] is the last bracket pair before "(rev ..)".
         vendor, device = ids[-1]

@@ -64,3 +64,13 @@ def test_the_platform_is_detected_from_pci_device_ids():
     assert p.id == "hgx-b300" and "PCI device id 0x3182" in p.why and "lspci" in p.why
     assert detect(PROFILES, [], pci_device_ids=(0x3182,)).generic  # one GPU is not the board
     assert detect(PROFILES, [], pci_device_ids=(0x20B0, 0x20B0)).generic  # A100: no profile
+
+
+def test_lspci_product_names_are_used_when_no_nvidia_smi_view_names_the_gpus():
+    a100 = (CORPUS / "lspci" / "a100-sxm4-40gb-lspci-vvv-nn-header-excerpt.txt").read_text()
+    census = gpu_census(None, None, None, parse_lspci(a100))
+    assert (census.model, census.model_probe, census.pci_device_ids) == ("A100 SXM4 40GB", "lspci", (0x20B0,))
+    host = make_host({"lspci": a100})
+    assert host.gpu_census.model_probe == "lspci"
+    assert detect(PROFILES, list(census.models), source="lspci").why == \
+        "no profile matches 'A100 SXM4 40GB' in lspci: generic checks only"

@@ -103,3 +103,9 @@ def test_a_named_device_or_a_nic_is_not_given_an_id_or_counted_as_a_gpu():
     [nic] = parse_lspci(named)
     assert (nic.vendor_id, nic.device_id, nic.device_class) == (0x15B3, None, "Ethernet controller")
     assert nvidia_gpus((nic,)) == ()
+
+
+def test_a_named_nn_header_gives_the_pci_ids_product_and_the_id():
+    # hwloc#653: "GA100 [A100 SXM4 40GB] [10de:20b0]": the name is pci.ids', the id the device's.
+    [gpu] = nvidia_gpus(parse_lspci((CORPUS / "lspci" / "a100-sxm4-40gb-lspci-vvv-nn-header-excerpt.txt").read_text()))
+    assert (gpu.bdf, gpu.device_id, gpu.product) == ("da:00.0", 0x20B0, "A100 SXM4 40GB")
