@@ -36,9 +36,11 @@ def gpu_inventory(host):
         versions = f"driver {smi.driver_version or '?'}, CUDA {smi.cuda_version or '?'}"
     else:
         versions = f"driver and CUDA versions unknown: {smi_why}"
-    data = {"gpu_count": census.count, "gpu_models": models, "counted_by": census.count_probe,
+    data = {"gpu_count": census.count, "gpu_models": models,
             "driver_version": smi.driver_version if smi else None,
             "cuda_version": smi.cuda_version if smi else None, "profile": host.profile.id}
+    if census.count_probe not in ("nvidia-smi-q-x", "nvidia-smi-q"):
+        data["counted_by"] = census.count_probe  # -q, the usual source, is left unsaid
     if census.count is None:
         return skip(f"{', '.join(models) or 'GPU model'} named in {census.model_probe}, but no "
                     f"evidence counts the GPUs ({versions})", data=data)

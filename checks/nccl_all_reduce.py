@@ -97,7 +97,8 @@ def nccl_all_reduce(host):
                      + (f"; {summary}" if summary else ""), symptoms=["probe-unreadable", *v.symptoms],
                      evidence=[_tail_evidence(host), *v.evidence], data=v.data)
     incomplete = [(rep.number, why) for rep, state, why in states if state == "incomplete"]
-    v.data["incomplete"] = [n for n, _ in incomplete]
+    if incomplete:
+        v.data["incomplete"] = [n for n, _ in incomplete]
     if incomplete and not v.fails:
         first, why = incomplete[0]
         return error(f"incomplete evidence, not a hang: {len(incomplete)} of {len(reps)} repetitions "
