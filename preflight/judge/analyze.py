@@ -107,7 +107,11 @@ def _probe_health(ctx: HostContext, planned: list[str]) -> Finding:
 def _profile_for(ctx: HostContext, profiles: dict[str, Profile], forced: str | None) -> Profile:
     if forced:
         return profiles[forced].chosen("chosen with --profile")
-    census = ctx.optional("gpu_census")
+    try:
+        census = ctx.optional("gpu_census")
+    except Exception as exc:  # noqa: BLE001 - a parser bug must not take the whole analysis down
+        # The checks that read the same evidence report the crash as their own finding.
+        return profiles[GENERIC].chosen(f"GPU evidence could not be read ({type(exc).__name__}): generic checks only")
     if census is None:
         return detect(profiles, [])
     # -q is the usual source and keeps its short reason; any other one is named.

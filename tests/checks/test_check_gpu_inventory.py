@@ -86,3 +86,17 @@ def test_profile_still_overrides_what_the_evidence_says(tmp_path):
     report = read_report(tmp_path / "out")
     assert report["hosts"]["xe9780"]["profile"] == "hgx-b300"
     assert report["hosts"]["xe9780"]["profile_reason"] == "chosen with --profile"
+
+
+def test_a_parser_crash_while_choosing_the_profile_is_a_finding_not_a_traceback(tmp_path, monkeypatch):
+    def broken(text):
+        raise RuntimeError("parser bug")
+
+    monkeypatch.setattr("preflight.parse.topo.parse_topo", broken)
+    bundle = write_bundle(tmp_path / "b", {"xe9780": {"nvidia-smi-topo": B300_TOPO}})
+    assert main(["analyze", str(bundle), "--out", str(tmp_path / "out"), "-q", "--no-html"]) == 1
+    report = read_report(tmp_path / "out")
+    assert report["hosts"]["xe9780"]["profile"] == "generic"
+    assert "could not be read (RuntimeError)" in report["hosts"]["xe9780"]["profile_reason"]
+    crashed = [f for f in report["findings"] if "check-crashed" in f["symptoms"]]
+    assert {f["check"] for f in crashed} >= {"gpu-inventory"}
