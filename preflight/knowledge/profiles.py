@@ -4,7 +4,9 @@ Profiles are YAML files under ``playbooks/profiles/`` (and any ``--profile-file`
 platform each, every figure with its source. A host's profile is the one named by
 ``--profile``, otherwise the first whose ``match.gpu_name`` regex finds the host's GPU model
 and whose ``match.min_gpus`` the host reaches, otherwise ``generic``, which judges only what
-holds on any node, and says so.
+holds on any node, and says so. The model comes from whichever evidence names the GPUs
+(``preflight.judge.census``: nvidia-smi -q, else nvidia-smi nvlink --status), else from the
+PCI device ids lspci lists, matched against each profile's ``gpu.pci_device_id``.
 """
 
 from __future__ import annotations
@@ -170,8 +172,14 @@ def load_profiles(extra_files: list[Path] = ()) -> dict[str, Profile]:
     return profiles
 
 
-def detect(profiles: dict[str, Profile], gpu_names: list[str]) -> Profile:
-    """Choose the profile for a host from the product names of its GPUs."""
+def detect(profiles: dict[str, Profile], gpu_names: list[str], *, source: str | None = None,
+           pci_device_ids: tuple[int, ...] = ()) -> Profile:
+    """Choose the profile for a host from the product names of its GPUs, else from their PCI
+    device ids (a profile's ``gpu.pci_device_id``). ``source`` names the command the names
+    came from, for the reason shown with the verdict (none for nvidia-smi -q, the usual one)."""
+    where = f" in {source}" if source else ""
+    if not gpu_names and pci_device_ids:
+        return _detect_by_pci(profiles, pci_device_ids)
     if not gpu_names:
         return profiles[GENERIC].chosen("no GPU model known: generic checks only")
     model = max(set(gpu_names), key=gpu_names.count)
@@ -182,7 +190,24 @@ def detect(profiles: dict[str, Profile], gpu_names: list[str]) -> Profile:
         min_gpus = p.get("match.min_gpus", 1)
         if len(gpu_names) < min_gpus:
             return profiles[GENERIC].chosen(
-                f"{len(gpu_names)} x {model} is not a {p.name} (needs at least {min_gpus} GPUs): generic checks only"
+                f"{len(gpu_names)} x {model}{where} is not a {p.name} (needs at least {min_gpus} GPUs): "
+                "generic checks only"
             )
-        return p.chosen(f"detected from GPU model {model!r}")
-    return profiles[GENERIC].chosen(f"no profile matches {model!r}: generic checks only")
+        return p.chosen(f"detected from GPU model {model!r}{where}")
+    return profiles[GENERIC].chosen(f"no profile matches {model!r}{where}: generic checks only")
+
+
+def _detect_by_pci(profiles: dict[str, Profile], ids: tuple[int, ...]) -> Profile:
+    """lspci lists the GPUs by device id where no tool named them; the profile whose sourced
+    ``gpu.pci_device_id`` is the commonest id is the platform."""
+    device = max(set(ids), key=ids.count)
+    for p in profiles.values():
+        if p.get("gpu.pci_device_id") != device:
+            continue
+        min_gpus = p.get("match.min_gpus", 1)
+        if len(ids) < min_gpus:
+            return profiles[GENERIC].chosen(
+                f"{len(ids)} x PCI device {device:#06x} (lspci) is not a {p.name} "
+                f"(needs at least {min_gpus} GPUs): generic checks only")
+        return p.chosen(f"detected from PCI device id {device:#06x} of {len(ids)} GPUs in lspci")
+    return profiles[GENERIC].chosen(f"no profile has PCI device id {device:#06x} (lspci): generic checks only")
