@@ -23,6 +23,7 @@ from preflight.parse.ib_counters import parse_ib_series
 from preflight.soak import ib
 from preflight.soak.data import SoakDataError, SoakMeta, write_soak
 from preflight.soak.judge import judge_soak
+from preflight.soak.plots import error_growth
 
 CAPTURE = (Path(__file__).parents[1] / "fixtures" / "corpus" / "ibcounters"
            / "mlx5-sysfs-counters-saturated-link-downed-xmit-discards-gpud943.txt").read_text().splitlines()
@@ -146,7 +147,8 @@ def _soak_dir(tmp_path, ib_text: str | None):
 
 def test_the_soak_analysis_reports_the_finding_the_diagnosis_and_the_soak_section(tmp_path):
     soak = _soak_dir(tmp_path, series(reading(), reading("DOWN", "POLLING"), reading()))
-    analysis = judge_soak(soak, KB)
+    analysis = judge_soak(soak, KB, plots_dir=tmp_path / "plots")
+    assert (tmp_path / "plots" / "soak-gpu01.png").stat().st_size > 0
     [f] = [f for f in analysis.findings if f.check == "soak-ib-counters"]
     assert f.host == "gpu01" and f.status is Status.FAIL and f.evidence[0].probe == "ib-counters.txt"
     assert "ib-link-flapping" in {d.cause for d in analysis.diagnoses}
@@ -172,3 +174,11 @@ def test_a_soak_without_readings_has_no_ib_finding_and_a_damaged_file_is_refused
 
 def _finding(o):
     return Finding("soak-ib-counters", o.host, o.status, o.summary, o.symptoms, o.evidence, o.data, o.action)
+
+
+def test_the_plot_draws_each_ports_error_growth_where_it_grew():
+    readings = parse_ib_series(series(reading(), reading(symbol_error=10), reading(symbol_error=40, link_downed=1),
+                                      reading(symbol_error=40, link_downed=1))).of("gpu01")
+    assert error_growth(readings) == {"mlx5_1 port 1": [(T0, 0), (T0 + 300, 10), (T0 + 600, 41), (T0 + 900, 41)]}
+    # Nothing grew: no fifth panel.
+    assert error_growth(parse_ib_series(series(*[reading()] * 3)).of("gpu01")) == {}
