@@ -110,7 +110,7 @@ def ib_counters(host: str, readings: Sequence[TimedReading]) -> Outcome:
     symptoms = list(whole.symptoms)
     evidence = [_evidence(first, last, c) for c in whole.changes]
     for c in whole.changes:
-        when = _when(c, steps) if c.counter else ""
+        when = _when(c, steps) if c.counter else _first_state_change(c, steps)
         phrases.append((c.level, c.phrase + when))
     flapped = {c.port.label for c in whole.changes if c.flap}
     bursts = set()
@@ -158,6 +158,15 @@ def _failed(changes: Sequence[Change], burst: Change) -> bool:
     """Whether the window's verdict already FAILs this port's symbol errors."""
     return any(c.counter == burst.counter and c.port.label == burst.port.label and c.level == "fail"
                for c in changes)
+
+
+def _first_state_change(change: Change, steps: Sequence[Interval]) -> str:
+    """Where a port's state first changed, for a change of state across the soak."""
+    if not change.flap:
+        return ""
+    label = change.port.label
+    first = next((s for s in steps for c in s.changes if c.flap and not c.counter and c.port.label == label), None)
+    return f"; first seen at {first.label}" if first else ""
 
 
 def _when(change: Change, steps: Sequence[Interval]) -> str:

@@ -82,6 +82,10 @@ def test_a_link_that_went_down_and_came_back_between_readings_is_a_flap():
     assert o.status is Status.FAIL and o.symptoms == ("ib-link-flapping",)
     assert "mlx5_1 port 1 changed state at 0-5 min: ACTIVE/LINKUP -> DOWN/POLLING (the link flapped and came " \
            "back)" in o.summary
+    # A port that went down and stayed down: the window's change of state, and when it happened.
+    down = judge(series(reading(), reading(), reading("DOWN", "POLLING"), reading("DOWN", "POLLING")))
+    assert down.status is Status.FAIL and down.symptoms == ("ib-link-flapping", "ib-port-down")
+    assert "changed state during the soak: ACTIVE/LINKUP -> DOWN/POLLING; first seen at 5-10 min" in down.summary
     # The window's own comparison alone would have passed it.
     assert ib.ib_counters("gpu01", parse_ib_series(series(reading(), reading())).of("gpu01")).status is Status.PASS
 
