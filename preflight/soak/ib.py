@@ -103,6 +103,10 @@ def ib_counters(host: str, readings: Sequence[TimedReading]) -> Outcome:
         return skip(f"one reading of the RDMA counters only ({readings[0].phase}): the agent stopped before its "
                     "next, so growth across the soak cannot be judged", host=host, data={"readings": 1})
     first, last = readings[0], readings[-1]
+    if not any(p.counters or p.hw_counters for p in first.snapshot.ports):
+        unreadable = sorted({u for p in first.snapshot.ports for u in p.unreadable})
+        said = f" ({', '.join(unreadable[:3])})" if unreadable else ""
+        return skip(f"the RDMA ports expose no readable counter{said}", host=host, data={"readings": len(readings)})
     seconds = last.time - first.time
     whole = compare(first.snapshot, last.snapshot, seconds, during="during the soak")
     steps = intervals(readings)

@@ -119,6 +119,14 @@ def test_a_node_without_rdma_devices_skips_and_says_so():
     assert o.status is Status.SKIP and o.summary.startswith("no RDMA device:")
 
 
+def test_ports_without_a_readable_counter_skip():
+    # The real i40iw capture: every counter "N/A (no PMA)" (iWARP without a performance agent).
+    na = (Path(__file__).parents[1] / "fixtures" / "corpus" / "ibcounters" /
+          "i40iw-sysfs-counters-na-no-pma-excerpt.txt").read_text().splitlines()
+    o = judge(series(na, na))
+    assert o.status is Status.SKIP and o.summary.startswith("the RDMA ports expose no readable counter (")
+
+
 def test_one_reading_only_is_not_a_pass():
     text = block("gpu01", T0, "before", reading())
     o = judge(text)
