@@ -1,4 +1,5 @@
-"""DCGM diagnostics (``dcgm-diag``) and DCGM's host engine (``dcgm-hostengine``).
+"""DCGM diagnostics (``dcgm-diag``), DCGM's host engine (``dcgm-hostengine``) and its background
+health watches (``dcgm-health``).
 
 Input: the ``dcgm_diag`` fact, i.e. ``dcgmi diag -r LEVEL -j`` run by the ``dcgmi-diag`` probe
 (active: level 1 in a plain ``preflight run``, ``--dcgm-level N`` for more, left out by
@@ -26,6 +27,15 @@ Judged the way DCGM's own users asked for after being burnt (NVIDIA/DCGM issues 
   but no result names is reported.
 - ``dcgmi`` missing: SKIP with the reason when the level was the default, ERROR with
   ``tool-missing`` when the user asked for DCGM (``--dcgm-level``).
+
+``dcgm-health`` reads ``dcgmi health -s a`` then ``-c -j`` (the ``dcgmi-health`` probe, static: it
+loads nothing) or a pasted ``dcgmi health -c`` report. Each incident keeps its entity, subsystem
+and word: a Failure FAILs, a Warning WARNs, an ``Internal error`` is an ERROR. dcgmi prints no
+code, so the code is found from the incident's message in dcgm_errors.yaml, and its cause is the
+symptom (``dcgm-health-incident`` when no code matches). A Healthy report PASSes with NVIDIA's
+caveat in the summary: no enabled watch found an incident in the samples the host engine kept,
+which right after the probe set the watches may be seconds of them. dcgmi missing and the host
+engine down are handled as for the diagnostic.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from __future__ import annotations
 import re
 
 from preflight.check import error, fail, host_check, ok, skip, warn
-from preflight.collect.dcgm import DISCOVERY_PROBE_ID, PROBE_ID, asked_level
+from preflight.collect.dcgm import DISCOVERY_PROBE_ID, HEALTH_PROBE_ID, PROBE_ID, asked_level
 from preflight.knowledge.dcgm_errors import DcgmError, load_dcgm_errors
 from preflight.model import Evidence
 
@@ -272,3 +282,81 @@ def dcgm_hostengine(host):
         return warn(f"DCGM sees {seen} GPU(s), the {host.profile.id} profile has {expected}: DCGM diagnostics and "
                     "health checks leave the others out (see gpu-inventory)", evidence=evidence, data=data)
     return ok(f"host engine answers; DCGM sees {seen} GPU(s)", evidence=evidence, data=data)
+
+
+# --------------------------------------------------------------------------- background health
+
+
+@host_check("dcgm-health", facts=["dcgm_health"],
+            summary="DCGM's background health watches (dcgmi health -s a, then -c): each watched subsystem "
+                    "Healthy, its Warning/Failure incidents with DCGM's code and next step")
+def dcgm_health(host):
+    r = host.result(HEALTH_PROBE_ID)
+    if r is None:
+        return skip("dcgmi health not collected in this bundle")
+    if r.tool_missing:
+        said = (r.stderr.strip().splitlines() or ["dcgmi is not installed"])[-1]
+        diag = host.result(PROBE_ID)
+        level, asked = asked_level(diag.command) if diag is not None else (None, False)
+        if asked:
+            return error(f"--dcgm-level {level} asked for DCGM, but {said}: health watches not checked",
+                         symptoms=["tool-missing"], action=INSTALL_ACTION)
+        return skip(f"{said}: DCGM health watches not checked")
+    health = host.dcgm_health
+    data: dict = {"form": health.form, "overall": health.overall, "watches_set": health.watches_set,
+                  "entities": {e.label: e.health for e in health.entities}, "codes": []}
+    for e in health.errors:
+        if HOSTENGINE.search(e):
+            return error(f"dcgmi health could not reach DCGM's host engine ({e[:160]}): nothing was checked",
+                         symptoms=["dcgm-hostengine-down"], evidence=[host.excerpt(HEALTH_PROBE_ID, r"Error:")],
+                         data=data, action=HOSTENGINE_ACTION)
+    if health.form == "none":
+        said = "; ".join(health.errors) or f"exit {health.exits.get('check', r.exit_code)}"
+        return error(f"dcgmi health gave no report: {said[:200]}", symptoms=["probe-failed"],
+                     evidence=[host.excerpt(HEALTH_PROBE_ID, r"Error:|# preflight:", limit=3)], data=data)
+    table = load_dcgm_errors()
+    found: dict[str, list[str]] = {"fail": [], "warn": [], "error": []}
+    symptoms: list[str] = []
+    evidence: list[Evidence | None] = []
+    action = None
+    for entity, inc in health.incidents:
+        err = table.identify(inc.message) if inc.message else None
+        named = (f"{err.name} ({err.code}, severity {err.severity}): " if err else "")
+        nxt = f"; NVIDIA: {err.next}" if err and err.next and err.next not in inc.message else ""
+        level = inc.health if inc.health in found else "warn"  # a word dcgmi never prints: looked at, not passed
+        found[level].append(f"{entity.label} {inc.system} {_HEALTH_NAMES.get(inc.health, inc.health)}: "
+                            f"{named}{inc.message[:240] or '(no message)'}{nxt}")
+        # A code whose cause is "a diagnostic test failed" says nothing of a diagnostic here.
+        cause = err.cause if err and err.cause != "dcgm-diag-failed" else "dcgm-health-incident"
+        if cause not in symptoms:
+            symptoms.append(cause)
+        if err:
+            data["codes"].append({"code": err.code, "name": err.name, "severity": err.severity, "cause": cause,
+                                  "entity": entity.label, "system": inc.system})
+            action = action or (err.next if level == "fail" and err.next else None)
+        words = " ".join(inc.message.split()[:5])
+        evidence.append(host.excerpt(HEALTH_PROBE_ID, re.escape(words) if words else re.escape(inc.system)))
+    overall = health.overall or "unknown"
+    worst_seen = next((s for s in ("fail", "error", "warn") if found[s] or overall == s), "pass")
+    caveat = ("; watches set by this probe just now: DCGM checked only the samples it had kept (seconds, unless "
+              "something already watched these fields), and a Healthy report does not mean every subsystem was "
+              "watched or that a stress test passed (NVIDIA's health-monitoring guide)") if health.watches_set else (
+              "; a Healthy report does not mean every subsystem was watched or that a stress test passed "
+              "(NVIDIA's health-monitoring guide)")
+    head = f"dcgmi health ({health.form}): overall {_HEALTH_NAMES.get(overall, overall)}"
+    parts = found["fail"] + found["error"] + found["warn"]
+    if worst_seen != "pass" and not parts:
+        parts = [f"overall {overall} with no incident listed"]
+        symptoms.append("dcgm-health-incident")
+    summary = "; ".join([head] + parts) if parts else head + ", no incident" + caveat
+    kw = dict(symptoms=symptoms, evidence=[e for e in evidence if e][:6], data=data)
+    if worst_seen == "fail":
+        return fail(summary, action=action, **kw)
+    if worst_seen == "error":
+        return error(summary, **kw)
+    if worst_seen == "warn":
+        return warn(summary, **kw)
+    return ok(summary, evidence=[host.excerpt(HEALTH_PROBE_ID, r"Overall Health|Healthy", limit=2)], data=data)
+
+
+_HEALTH_NAMES = {"pass": "Healthy", "warn": "Warning", "fail": "Failure", "error": "Internal error"}

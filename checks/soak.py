@@ -85,6 +85,17 @@ def soak_sdc(soak):
     return [soak.judge_sdc(host) for host in soak.hosts if not soak.throughput[host].empty]
 
 
+@soak_check("soak-ib-counters", summary="RDMA error counters do not grow across the soak and no link flaps "
+            "(readings before, every --ib-interval during, and after the load; ib-link-flapping, ib-link-errors, "
+            "ib-fabric-congestion, ib-host-buffer-exhausted)")
+def soak_ib_counters(soak):
+    # Only where the agents read the counters (ib-counters.txt); a soak assembled from other
+    # telemetry has none, and says nothing about the fabric.
+    if not soak.ib_readings:
+        return []
+    return [soak.judge_ib_counters(host) for host in soak.hosts]
+
+
 @soak_check("soak-vllm-server", summary="no known failure in a vllm soak's server log (CUDA graph "
             "capture, illegal memory access, no KV-cache memory, out of memory, engine died)")
 def soak_vllm_server(soak):

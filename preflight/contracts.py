@@ -32,6 +32,9 @@ SOAK_JSON = "soak.json"
 TELEMETRY_CSV = "telemetry.csv"
 THROUGHPUT_CSV = "throughput.csv"
 EVENTS_CSV = "events.csv"
+# The agent's readings of the RDMA port counters (optional; preflight/node/ib_snapshots.py).
+IB_COUNTERS_TXT = "ib-counters.txt"
+IB_COUNTERS_FORMAT = "preflight-ib-counters/1"
 # The contract's columns; the agent writes more after them (``AGENT_TELEMETRY_COLUMNS``), and a
 # soak directory assembled by hand may hold only these.
 TELEMETRY_COLUMNS: tuple[str, ...] = (

@@ -31,6 +31,8 @@ names (tests/derived.py holds the derivations shared with the unit tests):
 - ``dcgmi diag -r 1 -j`` / ``dcgmi discovery -l``: the real DCGM 4.1.1 level-1 table and the
   discovery listing of an 8-GPU node (corpus dcgm/v100-*: V100s; no check reads the model from
   them). dcgmi prints the table where the probe asks for JSON: the parser tells them apart.
+- ``dcgmi health -s a`` / ``dcgmi health -c -j``: the real "set successfully" line and Healthy
+  report of NVIDIA/DCGM issue 263 (tests/fixtures/recorded).
 - the ib-counters files (``ports/1/counters/*`` of each NIC): the real mlx5 capture of
   corpus ibcounters/mlx5-sysfs-counters-saturated-...-gpud943.txt with its three saturated
   counters at 0, as they read after a clear (``ib_counters_cleared``; constructed, named here).
@@ -352,6 +354,7 @@ def healthy_h200(name: str, nccl_max_bytes: int = 8 << 30) -> SimHost:
         DMESG: _kernel_log(), LSPCI: node_lspci(buses), UNAME: _uname(name), ETHTOOL: "ethtool version 6.7\n",
         all_reduce_command(nccl_max_bytes): nccl_table(name, buses),
         DCGM_DIAG: DCGM_PASS_R1.read_text(), DCGM_DISCOVERY: DCGM_DISCOVERY_8.read_text(),
+        DCGM_HEALTH_SET: DCGM_HEALTH_SET_OK.read_text(), DCGM_HEALTH_CHECK: DCGM_HEALTHY.read_text(),
     }
     return SimHost(name, {line: Reply(text) for line, text in commands.items()},
                    sysfs={**nic_sysfs(name), **nic_counters()})
@@ -361,6 +364,11 @@ def healthy_h200(name: str, nccl_max_bytes: int = 8 << 30) -> SimHost:
 DCGM_DIAG, DCGM_DISCOVERY = "dcgmi diag -r 1 -j", "dcgmi discovery -l"
 DCGM_PASS_R1 = CORPUS / "dcgm" / "v100-dcgm4.1.1-drv570-diag-deployment-pass.txt"
 DCGM_DISCOVERY_8 = CORPUS / "dcgm" / "v100-dcgmi-discovery-l-8gpus-0cpus.txt"
+# The two commands of the dcgmi-health probe, and what a healthy node answers (NVIDIA/DCGM issue 263).
+DCGM_HEALTH_SET, DCGM_HEALTH_CHECK = "dcgmi health -s a", "dcgmi health -c -j"
+_RECORDED = Path(__file__).parent / "fixtures" / "recorded"
+DCGM_HEALTH_SET_OK = _RECORDED / "dcgmi-health-s-a-set-successfully-dcgm-263.txt"
+DCGM_HEALTHY = _RECORDED / "dcgmi-health-c-j-healthy-gpu-recovery-reset-pending-dcgm-263.txt"
 IB_COUNTERS_CAPTURE = CORPUS / "ibcounters" / "mlx5-sysfs-counters-saturated-link-downed-xmit-discards-gpud943.txt"
 CLEARED = ("link_downed", "port_xmit_discards", "excessive_buffer_overrun_errors")
 
@@ -406,6 +414,8 @@ ORIGIN = {
     ETHTOOL: "tests/nodes.py: ethtool installed, no netdev bound to mlx5_core (InfiniBand-only node)",
     DCGM_DIAG: f"{_FIX}corpus/dcgm/v100-dcgm4.1.1-drv570-diag-deployment-pass.txt",
     DCGM_DISCOVERY: f"{_FIX}corpus/dcgm/v100-dcgmi-discovery-l-8gpus-0cpus.txt",
+    DCGM_HEALTH_SET: f"{_FIX}recorded/dcgmi-health-s-a-set-successfully-dcgm-263.txt",
+    DCGM_HEALTH_CHECK: f"{_FIX}recorded/dcgmi-health-c-j-healthy-gpu-recovery-reset-pending-dcgm-263.txt",
     "sysfs": "tests/nodes.py nic_sysfs(): the ConnectX-7 values of ibstat, in the kernel's sysfs form",
     "all_reduce_perf": f"tests/nodes.py nccl_table() from {_FIX}corpus/nccl-tests/a100-sxm4-40gb-8gpu-allreduce-old-"
                        f"format-validation0.txt scaled to 475 GB/s, in the layout of "

@@ -15,7 +15,7 @@ from dataclasses import fields
 from fake_nvml import FakeNvml
 
 from preflight import contracts
-from preflight.node import records, vllm_engine, vllm_log
+from preflight.node import ib_snapshots, records, vllm_engine, vllm_log
 from preflight.node.agent import Agent, AgentConfig
 from preflight.soak import data, follow, merge
 
@@ -45,7 +45,9 @@ def test_the_agents_file_names_are_the_ones_the_controller_reads_and_mirrors():
     assert {records.AGENT_LOG, vllm_log.SERVER_LOG, vllm_engine.LOADGEN_LOG} == set(follow.AGENT_LOGS)
     assert set(follow.APPEND_FILES) | set(follow.WHOLE_FILES) == {
         records.TELEMETRY_CSV, records.THROUGHPUT_CSV, records.EVENTS_CSV, records.SOAK_JSON, records.HEARTBEAT_JSON,
-        *follow.AGENT_LOGS}
+        ib_snapshots.IB_COUNTERS_TXT, *follow.AGENT_LOGS}
+    assert (ib_snapshots.IB_COUNTERS_TXT, ib_snapshots.FORMAT) == (contracts.IB_COUNTERS_TXT,
+                                                                  contracts.IB_COUNTERS_FORMAT)
     # The merge's empty files get the agent's headers.
     assert merge.MERGED_CSVS == {contracts.TELEMETRY_CSV: records.TELEMETRY_COLUMNS,
                                  contracts.THROUGHPUT_CSV: records.THROUGHPUT_COLUMNS,

@@ -60,6 +60,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "(serve --model with dummy weights and load it), endpoint (load --endpoint URL), or none "
                    "(telemetry only, you load the GPUs)")
     p.add_argument("--interval", type=_positive, default=1.0, help="seconds between NVML samples (default 1, min 0.1)")
+    p.add_argument("--ib-interval", type=_ib_interval, metavar="S",
+                   help="seconds between readings of the nodes' RDMA error counters, besides one before and one "
+                        "after the load (default 300; 0: no readings)")
     p.add_argument("--bench", type=_positive, metavar="S",
                    help="burn: then run a plain torch.matmul loop for S s per GPU")
     p.add_argument("--python", help="Python on the nodes, with pynvml (and torch for burn) (default: python3)")
@@ -94,6 +97,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 _positive = positive(float, LONGEST_S)
+
+
+def _ib_interval(text: str) -> float:
+    # 0 turns the readings off; anything else is a length like every other.
+    return 0.0 if text.strip() in ("0", "0.0") else _positive(text)
 
 
 # The command line's options for the serving engines (argparse dest -> the engines they apply to).
@@ -136,6 +144,8 @@ def plan_from_args(args, local_name: str, run_id: str | None = None) -> SoakPlan
     hosts = targets.hosts_of(args)
     seconds = args.minutes * 60 if args.minutes else (args.hours or 1.0) * 3600
     agent_args = (("--bench", repr(args.bench)) if args.bench else ()) + serve_args
+    if args.ib_interval is not None:
+        agent_args += (f"--ib-interval={args.ib_interval!r}",)
     builtin = args.model if engine == "vllm" and args.model in builtin_models() else None
     return SoakPlan(run_id=run_id, out=args.out, engine=engine, seconds=seconds, interval_s=args.interval,
                     hosts=tuple(hosts), local_name=local_name, ssh=ssh, python=args.python,

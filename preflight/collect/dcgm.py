@@ -1,4 +1,5 @@
-"""The DCGM probes: ``dcgmi-diag`` (active, one level of ``dcgmi diag``) and ``dcgmi-discovery``.
+"""The DCGM probes: ``dcgmi-diag`` (active, one level of ``dcgmi diag``), ``dcgmi-discovery`` and
+``dcgmi-health``.
 
 ``dcgmi-diag`` is ``sh -c SCRIPT sh LEVEL ASKED LIMIT`` (``scripts/dcgmi_diag.sh``): the run's
 options as positional parameters, never pasted into shell text. The script prints a header line
@@ -8,6 +9,11 @@ options as positional parameters, never pasted into shell text. The script print
 absent and 0 otherwise, whatever dcgmi did: the closing line says that. ``asked`` records whether
 the user chose the level (``--dcgm-level``), so the check can tell "DCGM not installed, fine" from
 "DCGM asked for and missing".
+
+``dcgmi-health`` is a fixed ``sh -c`` script (``scripts/dcgmi_health.sh``): ``dcgmi health -s a``
+then ``dcgmi health -c -j``, each followed by ``# preflight: dcgmi-health set|check exit=C``; it
+exits 127 when dcgmi is absent. It is static: setting the watches and reading what the host
+engine kept takes a second and loads nothing, unlike the diagnostic.
 
 Limits per level: NVIDIA's dcgmi diag reference gives the normal durations (level 1 seconds,
 2 about two minutes, 3 about 15 minutes, 4 longer: 1-2 hours on Blackwell); each limit is several
@@ -23,6 +29,7 @@ from preflight.collect.probe import Probe
 
 PROBE_ID = "dcgmi-diag"
 DISCOVERY_PROBE_ID = "dcgmi-discovery"
+HEALTH_PROBE_ID = "dcgmi-health"
 LEVELS = (1, 2, 3, 4)
 LEVEL_LIMIT_S = {1: 300.0, 2: 1200.0, 3: 3600.0, 4: 3 * 3600.0}
 KILL_AFTER_S = 30  # dcgmi gets this long after SIGTERM to stop the diagnostic before SIGKILL
@@ -50,6 +57,8 @@ def arguments(options: DcgmOptions) -> tuple[tuple[str, ...], float]:
 PROBE = Probe(PROBE_ID, ("sh", "-c", SCRIPT, "sh"), "DCGM diagnostics, dcgmi diag -r LEVEL -j (active)",
               "dcgmi", active=True, options=DcgmOptions, arguments=arguments)
 DISCOVERY = Probe(DISCOVERY_PROBE_ID, ("dcgmi", "discovery", "-l"), "GPUs DCGM's host engine sees", "dcgmi")
+HEALTH = Probe(HEALTH_PROBE_ID, ("sh", "-c", scripts.read("dcgmi_health.sh")),
+               "DCGM background health watches: dcgmi health -s a, then -c -j", "dcgmi")
 
 
 def asked_level(command: tuple[str, ...]) -> tuple[int | None, bool]:

@@ -44,6 +44,7 @@ PROBES: dict[str, Probe] = {
               "sh"),
         Probe("uname", ("uname", "-a"), "kernel release (the inbox mlx5 driver's version)", "uname"),
         dcgm.DISCOVERY,
+        dcgm.HEALTH,
         # Active probes run after the static ones, one at a time, in this order: the diagnostic
         # first, so a GPU it fails is named before all_reduce loads every GPU.
         dcgm.PROBE,  # parametrised: the run's DcgmOptions (--dcgm-level) become its arguments

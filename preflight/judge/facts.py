@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from preflight.collect.dcgm import DISCOVERY_PROBE_ID as DCGM_DISCOVERY_PROBE
+from preflight.collect.dcgm import HEALTH_PROBE_ID as DCGM_HEALTH_PROBE
 from preflight.collect.dcgm import PROBE_ID as DCGM_PROBE
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE
 from preflight.collect.probes import IB_COUNTERS, IB_COUNTERS_AFTER
@@ -29,6 +30,7 @@ from preflight.model import Evidence
 from preflight.parse import (
     ParseError,
     dcgm,
+    dcgm_health,
     ib_counters,
     ibverbs,
     kernel_log,
@@ -345,6 +347,17 @@ def _dcgm_discovery(ctx: HostContext) -> dcgm.DcgmDiscovery:
         if r.ok or "Error:" in r.text:
             return _read(DCGM_DISCOVERY_PROBE, r.text, dcgm.parse_dcgmi_discovery)
     raise why_missing(r, DCGM_DISCOVERY_PROBE)
+
+
+@fact("dcgm_health", probes=(DCGM_HEALTH_PROBE,))
+def _dcgm_health(ctx: HostContext) -> dcgm_health.DcgmHealth:
+    """``DcgmHealth`` of DCGM's background health check (``dcgmi health -s a`` then ``-c -j``), or
+    a pasted ``dcgmi health -c`` report: overall and per-entity Healthy/Warning/Failure with each
+    watched subsystem's incident messages, and dcgmi's ``Error:`` lines (no host engine)."""
+    r = ctx.result(DCGM_HEALTH_PROBE)
+    if r is not None and r.stdout is not None and not r.tool_missing and not r.timed_out:
+        return _read(DCGM_HEALTH_PROBE, r.text, dcgm_health.parse_dcgmi_health)
+    raise why_missing(r, DCGM_HEALTH_PROBE)
 
 
 # ---- RDMA port counters ------------------------------------------------------------------

@@ -13,7 +13,8 @@ way on this machine from ``preflight/node``:
 
 The agent's jobs, one module each: this one holds the main loop (one tick per interval: read
 every GPU, poll the engine, append the rows, replace the heartbeat), the options and
-``--detach``; ``sampler.py`` reads NVML and watches its events; ``records.py`` is what gets
+``--detach``; ``sampler.py`` reads NVML and watches its events; ``ib_snapshots.py`` reads the RDMA
+port counters before the load, every ``--ib-interval`` seconds and after it; ``records.py`` is what gets
 written (soak.json, telemetry.csv, throughput.csv, events.csv, heartbeat.json: see there) and
 how, so that a ``kill -9`` loses at most the interval in flight; ``burn.py`` is the ``burn``
 engine. Each imports its siblings as ``preflight.node.<name>`` when it is imported from the
@@ -56,10 +57,14 @@ from pathlib import Path
 try:
     from . import records
     from .burn import BurnEngine, BurnParams
+    from .ib_snapshots import DEFAULT_INTERVAL_S as IB_INTERVAL_S
+    from .ib_snapshots import SYSFS, IbCounterLog
     from .sampler import EventWatcher, NoTelemetry, Sampler, load_nvml, nvidia_driver_loaded
 except ImportError:  # a shipped copy, run from a directory holding its siblings
     import records
     from burn import BurnEngine, BurnParams
+    from ib_snapshots import DEFAULT_INTERVAL_S as IB_INTERVAL_S
+    from ib_snapshots import SYSFS, IbCounterLog
     from sampler import EventWatcher, NoTelemetry, Sampler, load_nvml, nvidia_driver_loaded
 
 ENGINES = ("burn", "none", "vllm", "endpoint")
@@ -110,6 +115,8 @@ class AgentConfig:
     gpus: tuple[int, ...] | None = None
     burn: BurnParams = field(default_factory=BurnParams)
     serve: ServeParams = field(default_factory=ServeParams)
+    ib_interval_s: float = IB_INTERVAL_S  # 0: the RDMA counters are not read (ib_snapshots.py)
+    ib_root: Path = SYSFS
 
     @property
     def startup_allowance_s(self) -> float:
@@ -189,6 +196,7 @@ class Agent:
             "hosts": [cfg.host],
             "planned_s": cfg.seconds,
             "interval_s": cfg.interval_s,
+            "ib_interval_s": cfg.ib_interval_s,
             "agent": {"pid": os.getpid(), "python": sys.version.split()[0], **driver},
             "gpus": {cfg.host: gpus},
         }
@@ -224,6 +232,9 @@ class Agent:
         self._write_soak_json(described, sampler.driver(), no_telemetry)
         selected = [g for g in range(len(sampler.handles)) if cfg.gpus is None or g in cfg.gpus]
         engine = self.engine_factory(cfg, [(g, described[g]["uuid"]) for g in selected])
+        # The fabric's counters before any load, so the soak's growth is the load's.
+        ib = IbCounterLog(cfg.out, cfg.host, cfg.ib_interval_s, cfg.ib_root)
+        ib.take("before", time.time())
         try:
             engine.start(self.progress.started)
         except Exception as exc:  # noqa: BLE001 - e.g. torch missing: a failed soak, said plainly
@@ -243,6 +254,8 @@ class Agent:
         tick_at = time.time()
         while True:
             self._tick(sampler, engine, events, logs, last_sync)
+            if ib.due(time.time()):
+                ib.take("during", time.time())
             if self.stop_requested or time.time() >= deadline or not engine.running():
                 break
             tick_at = self._sleep_until_next(tick_at)
@@ -262,6 +275,7 @@ class Agent:
             p.error(message)
             self._engine_failed = True
         self._tick(sampler, engine, events, logs, last_sync, final=True)
+        ib.take("after", time.time())
         engine_summary = engine.summary()
         logs["events"].append(records.row_text(records.finding_events(engine_summary, cfg.host, time.time())))
         for log in logs.values():
@@ -418,6 +432,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds: {text!r}")
+    return value
+
+
 def _count(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -459,6 +480,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help="requests kept in flight (default %(default)d)")
     serve.add_argument("--max-tokens", type=_count, default=ServeParams.max_tokens,
                        help="output tokens per request (default %(default)d)")
+    ap.add_argument("--ib-interval", type=_non_negative, default=IB_INTERVAL_S, metavar="S",
+                    help="seconds between readings of the RDMA port counters, besides one before and one after "
+                         "the load (default %(default)g; 0: none)")
+    ap.add_argument("--ib-sysfs", type=Path, default=SYSFS, help=argparse.SUPPRESS)  # tests: a recorded tree
     ap.add_argument("--detach", action="store_true",
                     help="run in the background, detached from the terminal/SSH session")
     ap.add_argument("--fake-nvml", help=argparse.SUPPRESS)
@@ -503,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
                       interval_s=args.interval, gpus=args.gpus,
                       burn=BurnParams(args.window, args.copy_fraction, args.gemm_size, args.bench, args.sdc),
                       serve=ServeParams(args.model, args.vllm_python, args.vllm_arg, args.skip_tokenizer_init,
-                                        args.ready_timeout, args.endpoint, args.concurrency, args.max_tokens))
+                                        args.ready_timeout, args.endpoint, args.concurrency, args.max_tokens),
+                      ib_interval_s=args.ib_interval, ib_root=args.ib_sysfs.absolute())
     agent = Agent(cfg, lambda: load_nvml(args.fake_nvml))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, agent.request_stop)

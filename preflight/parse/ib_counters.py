@@ -143,3 +143,86 @@ def _perfquery(text: str) -> CounterSnapshot:
                     pass
     return CounterSnapshot(tuple(PortCounters(f"lid{p['lid']}", p["port"], p["counters"], wide=p["wide"])
                                  for p in ports))
+
+
+# --------------------------------------------------------------------------- a soak's readings
+
+SERIES_FORMAT = "preflight-ib-counters/1"
+_SERIES_HEAD = re.compile(rf"^# {re.escape(SERIES_FORMAT)} host=(?P<host>\S+) time=(?P<time>\S+) "
+                          r"phase=(?P<phase>before|during|after)\s*$")
+_SERIES_END = "# end"
+
+
+@dataclass(frozen=True)
+class TimedReading:
+    """One reading of a soak agent's ib-counters.txt (preflight/node/ib_snapshots.py)."""
+
+    host: str
+    time: float  # seconds since the epoch
+    phase: str  # before | during | after
+    snapshot: CounterSnapshot
+    line: int  # of its header, for messages
+
+
+@dataclass(frozen=True)
+class ReadingSeries:
+    readings: tuple[TimedReading, ...]  # in file order
+    notes: tuple[str, ...] = ()
+
+    def of(self, host: str) -> tuple[TimedReading, ...]:
+        """A host's readings in time order."""
+        return tuple(sorted((r for r in self.readings if r.host == host), key=lambda r: r.time))
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r.host for r in self.readings))
+
+
+def parse_ib_series(text: str) -> ReadingSeries:
+    """The blocks of an ib-counters.txt. A block without its ``# end`` was cut while being
+    written or copied: dropped, with a note. Anything else out of shape is a ParseError naming
+    the line."""
+    readings: list[TimedReading] = []
+    notes: list[str] = []
+    head: tuple[str, float, str] | None = None
+    start = 0
+    body: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if head is None and not line.strip():
+            continue
+        if line.startswith(f"# {SERIES_FORMAT} "):
+            if head is not None:
+                # The previous block was cut (a host's copy that stopped mid-reading, then the
+                # next host's file in a merged directory): dropped like a cut last block.
+                notes.append(f"line {start}: the reading ({head[0]}, {head[2]}) has no '{_SERIES_END}' before "
+                             "the next one starts; ignored")
+            head, start, body = _series_head(line, number), number, []
+        elif head is None:
+            raise ParseError(f"line {number}: expected '# {SERIES_FORMAT} host=H time=T phase=P', got {line[:80]!r}")
+        elif line.strip() == _SERIES_END:
+            try:
+                snapshot = parse_ib_counters("\n".join(body))
+            except ParseError as exc:
+                raise ParseError(f"lines {start + 1}-{number - 1}: {exc}") from None
+            readings.append(TimedReading(head[0], head[1], head[2], snapshot, start))
+            head = None
+        else:
+            body.append(line)
+    if head is not None:
+        notes.append(f"line {start}: the last reading ({head[0]}, {head[2]}) has no '{_SERIES_END}' "
+                     "(cut off while being written or copied); ignored")
+    return ReadingSeries(tuple(readings), tuple(notes))
+
+
+def _series_head(line: str, number: int) -> tuple[str, float, str]:
+    m = _SERIES_HEAD.match(line)
+    if m is None:
+        raise ParseError(f"line {number}: a reading's header must be '# {SERIES_FORMAT} host=H time=T "
+                         f"phase=before|during|after', got {line[:80]!r}")
+    try:
+        when = float(m["time"])
+    except ValueError:
+        raise ParseError(f"line {number}: time {m['time']!r} is not a number") from None
+    if not 0 < when < 1e11:
+        raise ParseError(f"line {number}: time {m['time']!r} is not seconds since the epoch")
+    return m["host"], when, m["phase"]

@@ -30,7 +30,7 @@ series when the node has none; figures.py defines them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from preflight.judge.loader import load_checks
 from preflight.judge.outcomes import CheckOutputError, outcomes_of
 from preflight.model import Check, Finding, Status
 from preflight.parse.smi_records import reasons_from_bitmask
+from preflight.soak import ib
 from preflight.soak.context import SoakContext, soak_context
 from preflight.soak.data import SoakData, read_soak
 from preflight.soak.figures import DEFAULT_THRESHOLDS, GpuSummary, MetricTrend, Thresholds, node_throughput
@@ -66,8 +67,11 @@ class HostSoak:
     throughput_baseline: float | None
     throughput_final: float | None
     throughput_decay: float | None
+    # The RDMA counters' readings (soak/ib.py ``section``), where the agent took any.
+    ib_counters: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"ib_counters": dict(self.ib_counters)} if self.ib_counters is not None else {}
         return {
             "engine": self.engine,
             "duration_s": self.duration_s,
@@ -77,6 +81,7 @@ class HostSoak:
             "throughput_baseline": self.throughput_baseline,
             "throughput_final": self.throughput_final,
             "throughput_decay": self.throughput_decay,
+            **extra,
         }
 
 
@@ -156,6 +161,8 @@ def soak_section(soak: SoakContext) -> dict[str, HostSoak]:
             sections[host] = throughput_only_section(soak.engine, soak.throughput[host], soak.trends[host])
         else:
             sections[host] = HostSoak(soak.engine, 0.0, None, None, (), None, None, None)
+        if (readings := soak.ib_readings.get(host)) is not None and (ib_section := ib.section(readings)):
+            sections[host] = replace(sections[host], ib_counters=ib_section)
     return sections
 
 

@@ -16,13 +16,14 @@ throughput is judged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import pandas as pd
 
 from preflight.check import Outcome
-from preflight.soak import coverage, gpu_verdicts, sdc, server_log, slo, throughput
+from preflight.parse.ib_counters import TimedReading
+from preflight.soak import coverage, gpu_verdicts, ib, sdc, server_log, slo, throughput
 from preflight.soak.data import SoakData, read_events
 from preflight.soak.figures import (
     DEFAULT_THRESHOLDS,
@@ -50,6 +51,9 @@ class SoakContext:
     no_telemetry: Mapping[str, str]  # host -> why its agent ran without GPU telemetry
     events: tuple[Mapping[str, str], ...]  # events.csv's rows, in file order
     notes: tuple[str, ...] = ()
+    # host -> its readings of the RDMA counters in time order (ib-counters.txt); empty when the
+    # directory has no such file
+    ib_readings: Mapping[str, tuple[TimedReading, ...]] = field(default_factory=dict)
 
     @property
     def engine(self) -> str:
@@ -118,6 +122,9 @@ class SoakContext:
     def judge_sdc(self, host: str) -> Outcome:
         return sdc.sdc(host, self.throughput[host])
 
+    def judge_ib_counters(self, host: str) -> Outcome:
+        return ib.ib_counters(host, self.ib_readings.get(host, ()))
+
     def judge_outliers(self, host: str) -> Outcome:
         return self._outliers[host]
 
@@ -153,6 +160,8 @@ def soak_context(data: SoakData, thresholds: Thresholds = DEFAULT_THRESHOLDS,
     no_telemetry = ({str(h): str(why) for h, why in excused.items() if isinstance(why, str)}
                     if isinstance(excused, Mapping) else {})
     notes = list(data.notes)
+    ib_readings, ib_notes = ib.by_host(ib.read_readings(data.path), hosts)
+    notes += ib_notes
     for host in hosts:
         if by_host[host]:
             notes += gpu_verdicts.gap_notes(host, by_host[host])
@@ -162,4 +171,4 @@ def soak_context(data: SoakData, thresholds: Thresholds = DEFAULT_THRESHOLDS,
         trends={h: tuple(throughput_trends(thr_by_host[h], th)) if h in thr_by_host else () for h in hosts},
         telemetry={h: tele_by_host[h] for h in hosts if by_host[h]},
         throughput={h: thr_by_host.get(h, thr.iloc[:0]) for h in hosts},
-        no_telemetry=no_telemetry, events=read_events(data.path), notes=tuple(notes))
+        no_telemetry=no_telemetry, events=read_events(data.path), notes=tuple(notes), ib_readings=ib_readings)

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from preflight.contracts import EVENTS_CSV, SOAK_JSON, TELEMETRY_CSV, THROUGHPUT_CSV
+from preflight.contracts import EVENTS_CSV, IB_COUNTERS_TXT, SOAK_JSON, TELEMETRY_CSV, THROUGHPUT_CSV
 from preflight.evidence.atomic import write_atomic
 from preflight.parse.smi_records import reasons_from_bitmask
 from preflight.soak.plan import SoakPlan
@@ -37,7 +37,7 @@ from preflight.soak.ship import Started, last_json_line, make_nodes
 # The agent's files besides the contract's (preflight/node/records.py and vllm_log.py name them).
 HEARTBEAT_JSON = "heartbeat.json"
 AGENT_LOGS = ("agent.log", "vllm-server.log", "loadgen.log")
-APPEND_FILES = (TELEMETRY_CSV, THROUGHPUT_CSV, EVENTS_CSV, *AGENT_LOGS)
+APPEND_FILES = (TELEMETRY_CSV, THROUGHPUT_CSV, EVENTS_CSV, IB_COUNTERS_TXT, *AGENT_LOGS)
 WHOLE_FILES = (HEARTBEAT_JSON, SOAK_JSON)
 PULL_CAP = 4 << 20  # bytes per file per poll; a long backlog (after --attach) takes several polls
 # How long past a node's planned end the controller keeps trying a node it cannot reach, or

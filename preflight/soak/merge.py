@@ -2,10 +2,11 @@
 
 ``follow.py`` leaves ``reports/<run-id>/soak/<host>/``, each a byte-for-byte copy of one node's
 soak directory; ``merge_soak`` writes ``reports/<run-id>/`` (soak.json, telemetry.csv,
-throughput.csv, events.csv) from them, which ``preflight analyze`` and the soak's analysis
-read like any soak directory. soak.json also records each agent's outcome and the hosts that
-delivered nothing. The column lists are preflight.contracts' (the agent's full ones, which
-start with the contract's): the controller never imports the node's code for them.
+throughput.csv, events.csv, and ib-counters.txt where the agents read the RDMA counters) from
+them, which ``preflight analyze`` and the soak's analysis read like any soak directory.
+soak.json also records each agent's outcome and the hosts that delivered nothing. The column
+lists are preflight.contracts' (the agent's full ones, which start with the contract's): the
+controller never imports the node's code for them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from preflight.contracts import (
     AGENT_THROUGHPUT_COLUMNS,
     EVENT_COLUMNS,
     EVENTS_CSV,
+    IB_COUNTERS_TXT,
     SOAK_FORMAT,
     SOAK_JSON,
     TELEMETRY_CSV,
@@ -47,6 +49,7 @@ def merge_soak(run_dir: Path, outcomes: dict[str, tuple[str, str | None]]) -> di
     hosts = [h for h, m in metas.items() if m and m.get("format") == SOAK_FORMAT]
     for name, columns in MERGED_CSVS.items():
         _merge_csv(run_dir / name, [per_host[h] / name for h in hosts], columns)
+    _merge_text(run_dir / IB_COUNTERS_TXT, [per_host[h] / IB_COUNTERS_TXT for h in hosts])
     engines = sorted({metas[h].get("engine") for h in hosts} - {None})
     doc = {
         "format": SOAK_FORMAT,
@@ -92,6 +95,19 @@ def _merge_csv(target: Path, sources: list[Path], default_header: Sequence[str])
             else:
                 for row in csv.DictReader(lines):
                     out.write(_csv_line([row.get(col) or "" for col in union]))
+    os.replace(tmp, target)
+
+
+def _merge_text(target: Path, sources: list[Path]) -> None:
+    """The hosts' ib-counters.txt one after the other (each block names its host), complete lines
+    only; no file when no host wrote one (readings off, or agents that predate them)."""
+    present = [p for p in sources if p.exists()]
+    if not present:
+        return
+    tmp = target.with_name(f".{target.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        for path in present:
+            out.writelines(line + "\n" for line in _complete_lines(path))
     os.replace(tmp, target)
 
 

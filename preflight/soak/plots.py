@@ -1,10 +1,14 @@
-"""One PNG per host of a soak: temperature, SM clock, power against its limit, throughput.
+"""One PNG per host of a soak: temperature, SM clock, power against its limit, throughput, and
+the RDMA error counters where they grew.
 
 Four panels share a time axis in minutes since the host's first sample, one line per GPU.
 Spans where any GPU of the host carried a clock-event reason are shaded on every panel:
 red for thermal slowdown (0x20/0x40), orange for HW power brake or HW slowdown (0x80/0x8),
 pale blue for the SW power cap (0x4, normal at full load). The slowdown temperature and the
-power limit are drawn dashed where the telemetry has them.
+power limit are drawn dashed where the telemetry has them. A host whose ib-counters.txt
+readings show an error counter growing gets a fifth panel: per port, the growth of its error
+counters (those ``preflight.judge.ib_growth.RULES`` judge) since the first reading, a step at
+each reading.
 
 A one-hour run at 10 Hz has 36,000 samples per GPU; each line is reduced to the mean of at
 most ``max_points`` equal time bins (the shading to "any sample in the bin"), which keeps a
@@ -27,6 +31,9 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from preflight.contracts import SLOWDOWN_COLUMN
+from preflight.judge.ib_growth import RULES, value
+from preflight.parse.ib_counters import TimedReading
+from preflight.soak import ib
 from preflight.soak.data import SoakData
 from preflight.soak.figures import (
     HW_POWER_BRAKE,
@@ -53,16 +60,19 @@ def plot_soak(data: SoakData, out_dir: str | Path, *, max_points: int = 1500) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     throughput = dict(tuple(data.throughput.groupby("host", sort=False)))
+    readings = ib.read_readings(data.path)
     for host, tele in data.telemetry.groupby("host", sort=True):
         path = out_dir / f"soak-{_safe(host)}.png"
-        plot_host(tele, throughput.get(host, data.throughput.iloc[:0]), host, path, max_points=max_points)
+        plot_host(tele, throughput.get(host, data.throughput.iloc[:0]), host, path, max_points=max_points,
+                  ib_readings=readings.of(host) if readings else ())
         paths[host] = path
     return paths
 
 
 def plot_host(tele: pd.DataFrame, throughput: pd.DataFrame, host: str, path: str | Path, *,
-              max_points: int = 1500) -> Path:
-    """Draw one host's telemetry (its rows of ``telemetry.csv``) and throughput to ``path``."""
+              max_points: int = 1500, ib_readings: tuple[TimedReading, ...] = ()) -> Path:
+    """Draw one host's telemetry (its rows of ``telemetry.csv``) and throughput to ``path``, with
+    its RDMA counters' growth where any grew."""
     path = Path(path)
     t0 = float(tele["time"].min())
     span = max(float(tele["time"].max()) - t0, 1e-9)
@@ -71,8 +81,10 @@ def plot_host(tele: pd.DataFrame, throughput: pd.DataFrame, host: str, path: str
     bins = np.minimum((tele["time"].to_numpy(float) - t0) / span * n_bins, n_bins - 1).astype(int)
     binned = tele.assign(_bin=bins)
 
-    fig, axes = plt.subplots(4, 1, figsize=(12, 11), sharex=True, constrained_layout=True)
-    ax_temp, ax_clock, ax_power, ax_thr = axes
+    grown = error_growth(ib_readings)
+    panels = 5 if grown else 4
+    fig, axes = plt.subplots(panels, 1, figsize=(12, 11 + 2.5 * (panels - 4)), sharex=True, constrained_layout=True)
+    ax_temp, ax_clock, ax_power, ax_thr = axes[:4]
     per_gpu = binned.groupby(["gpu", "_bin"], sort=True)[["time", "temperature_c", "sm_clock_mhz", "power_w"]].mean()
     for gpu, rows in per_gpu.groupby(level="gpu"):
         minutes = (rows["time"].to_numpy() - t0) / 60
@@ -90,13 +102,36 @@ def plot_host(tele: pd.DataFrame, throughput: pd.DataFrame, host: str, path: str
 
     metric = _plot_throughput(ax_thr, throughput, t0)
     ax_thr.set_ylabel(metric or "throughput")
-    ax_thr.set_xlabel("minutes since the first sample")
+    if grown:
+        for label, steps in grown.items():
+            ax_ib = axes[4]
+            ax_ib.step([(t - t0) / 60 for t, _ in steps], [n for _, n in steps], where="post", lw=1.0, label=label)
+        axes[4].set_ylabel("IB error counters\n(growth since the first reading)")
+        axes[4].legend(**_OUTSIDE)
+    axes[-1].set_xlabel("minutes since the first sample")
 
     _shade(axes, binned, span, n_bins)
     fig.suptitle(f"{host}: soak telemetry ({tele['gpu'].nunique()} GPUs, {span / 60:.1f} min)")
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def error_growth(readings: tuple[TimedReading, ...]) -> dict[str, list[tuple[float, int]]]:
+    """Per port that grew: (time, sum of its error counters' growth since the first reading) at
+    each reading. A counter lower than at first (cleared) counts as 0."""
+    if len(readings) < 2:
+        return {}
+    first = readings[0].snapshot
+    out: dict[str, list[tuple[float, int]]] = {}
+    for r in readings:
+        for port in r.snapshot.ports:
+            base = first.port(port.device, port.port)
+            if base is None:
+                continue
+            total = sum(max(0, (value(port, n) or 0) - (value(base, n) or 0)) for n in RULES)
+            out.setdefault(port.label, []).append((r.time, total))
+    return {label: steps for label, steps in out.items() if any(n for _, n in steps)}
 
 
 def _reference(ax, column: pd.Series | None, label: str) -> None:
@@ -149,7 +184,8 @@ def _shade(axes, binned: pd.DataFrame, span: float, n_bins: int) -> None:
                             transform=ax.get_xaxis_transform(), zorder=0)
         handles.append(Patch(color=colour, alpha=0.5, label=label))
     if handles:
-        axes[-1].legend(handles=handles, **_OUTSIDE)
+        # On the throughput panel, the fourth: a fifth (the IB counters) has its own legend.
+        axes[min(3, len(axes) - 1)].legend(handles=handles, **_OUTSIDE)
 
 
 def _safe(host: str) -> str:

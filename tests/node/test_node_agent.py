@@ -174,7 +174,7 @@ def test_vllm_engine_whose_server_cannot_start_fails_the_agent(tmp_path):
 
 def test_serving_engines_need_their_files_beside_the_agent(tmp_path):
     # The agent's own modules, without the vllm and endpoint engines' files.
-    for name in ("agent.py", "records.py", "sampler.py", "burn.py"):
+    for name in ("agent.py", "records.py", "sampler.py", "burn.py", "ib_snapshots.py"):
         shutil.copy(AGENT.with_name(name), tmp_path / name)
     proc = subprocess.run([sys.executable, str(tmp_path / "agent.py"), "--out", str(tmp_path / "soak"), "--engine",
                            "endpoint", "--endpoint", "http://127.0.0.1:8000"], capture_output=True, text=True, timeout=30)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from agent_runs import AGENT, heartbeat, read_csv, wait_for
 from fake_nvml import FAKE_HOOK, SAMPLES
+from nodes import nic_counters, nic_sysfs
 from rich.console import Console
 from simcluster import SimHost
 
@@ -43,8 +44,8 @@ from preflight.soak.plan import SoakPlan
 from preflight.soak.ship import _START, NODE_FILES, agent_bundle
 
 NODE = AGENT.parent
-SHIPPED = ["agent.py", "records.py", "sampler.py", "burn.py", "vllm_engine.py", "vllm_log.py", "loadgen.py",
-           "loadgen_http.py", "loadgen_windows.py"]
+SHIPPED = ["agent.py", "records.py", "sampler.py", "burn.py", "ib_snapshots.py", "vllm_engine.py", "vllm_log.py",
+           "loadgen.py", "loadgen_http.py", "loadgen_windows.py"]
 
 
 def local_plan(tmp_path: Path, seconds: float, run_id: str = "run1") -> SoakPlan:
@@ -149,6 +150,16 @@ def test_plan_passes_the_serving_options_to_the_agent_as_argv():
     assert SoakPlan.from_json(plan.to_json(), plan.out) == plan
 
 
+def test_plan_passes_the_ib_interval_to_the_agent():
+    plan = plan_from_args(build_parser().parse_args(["soak", "--local", "--ib-interval", "60"]), "gpu01", "r1")
+    assert plan.agent_args == ("--ib-interval=60.0",)
+    assert agent_args_of(list(plan.agent_args)).ib_interval == 60.0
+    off = plan_from_args(build_parser().parse_args(["soak", "--local", "--ib-interval", "0"]), "gpu01", "r2")
+    assert agent_args_of(list(off.agent_args)).ib_interval == 0.0
+    # Left out, the agent's own default applies.
+    assert plan_from_args(build_parser().parse_args(["soak", "--local"]), "gpu01", "r3").agent_args == ()
+
+
 def test_agent_bundle_carries_the_engines_and_the_model_and_nothing_escapes(tmp_path):
     bundle = agent_bundle("tiny-llama-ci")
     with tarfile.open(fileobj=io.BytesIO(bundle)) as tar:
@@ -240,6 +251,51 @@ def test_soak_over_ssh_on_the_simulated_cluster(tmp_path, sim_cluster):
     # Each node kept its files in its own home directory (~/.cache/preflight/soak/ssh1).
     assert started["gpu01"].detail.endswith("/hosts/gpu01/home/.cache/preflight/soak/ssh1")
     assert "engine none" in (plan.run_dir / "soak" / "gpu01" / "agent.log").read_text()
+
+
+@pytest.mark.root
+def test_a_soak_reads_each_nodes_rdma_counters_and_judges_what_grew_during_it(tmp_path, sim_cluster):
+    # Every node has the real mlx5 counters of tests/nodes.py (8 NICs, /sys/class overlay); on
+    # gpu02, once its agent has taken its "before" reading, mlx5_3 port 1's symbol_error goes
+    # 0 -> 500 and link_downed 0 -> 1 (constructed, written into the overlay's lower layer, which
+    # the node's /sys/class shows). gpu03 has no overlay: this machine's /sys/class, which holds no
+    # RDMA device here.
+    sysfs = {**nic_sysfs("gpu01"), **nic_counters()}
+    cluster = sim_cluster([SimHost("gpu01", sysfs=sysfs), SimHost("gpu02", sysfs={**nic_sysfs("gpu02"),
+                                                                                 **nic_counters()}),
+                           SimHost("gpu03")])
+    hosts = load_hosts_file(cluster.hosts_file)
+    plan = SoakPlan(
+        run_id="ib1", out=tmp_path / "reports", engine="none", seconds=3.0, interval_s=0.1, hosts=tuple(hosts),
+        ssh=SshOptions(ssh_config=cluster.ssh_config, identity=cluster.identity, known_hosts=cluster.known_hosts),
+        python=sys.executable, agent_args=("--fake-nvml", FAKE_HOOK, "--ib-interval=0.5"), poll_s=0.2)
+    console = quiet_console()
+    started = controller.start(plan, console)
+    assert all(s.ok for s in started)
+    node_file = cluster.workdir_of("gpu02") / "home" / ".cache" / "preflight" / "soak" / "ib1" / "ib-counters.txt"
+    wait_for(lambda: node_file.exists() and "# end" in node_file.read_text())
+    lower = cluster.workdir_of("gpu02") / "sysfs" / "infiniband" / "mlx5_3" / "ports" / "1" / "counters"
+    (lower / "symbol_error").write_text("500\n")
+    (lower / "link_downed").write_text("1\n")
+    outcome = controller.follow(plan, console, started)
+    assert {h: o[0] for h, o in outcome.outcomes.items()} == {"gpu01": "finished", "gpu02": "finished",
+                                                             "gpu03": "finished"}
+    readings = (plan.run_dir / "ib-counters.txt").read_text()
+    assert "host=gpu02" in readings and "/sys/class/infiniband/mlx5_3/ports/1/counters/symbol_error:500" in readings
+    assert controller.analyze_and_show(outcome, console)  # something failed
+    report = json.loads((plan.run_dir / "report.json").read_text())
+    found = {f["host"]: f for f in report["findings"] if f["check"] == "soak-ib-counters"}
+    assert found["gpu01"]["status"] == "pass" and "8 active port(s)" in found["gpu01"]["summary"]
+    assert found["gpu02"]["status"] == "fail"
+    assert "mlx5_3 port 1 link_downed +1 (0 -> 1)" in found["gpu02"]["summary"]
+    assert "mlx5_3 port 1 symbol_error +500 (0 -> 500" in found["gpu02"]["summary"]
+    if not Path("/sys/class/infiniband").exists():  # gpu03 sees this machine's own /sys/class
+        assert found["gpu03"]["status"] == "skip" and found["gpu03"]["summary"].startswith("no RDMA device")
+    assert report["soak"]["gpu02"]["ib_counters"]["flaps"] == ["mlx5_3 port 1"]
+    causes = {d["cause"] for d in report["diagnoses"] if "gpu02" in d["hosts"]}
+    assert {"ib-link-flapping", "ib-link-errors"} <= causes
+    assert not {d["cause"] for d in report["diagnoses"] if "gpu01" in d["hosts"] or "gpu03" in d["hosts"]} & {
+        "ib-link-flapping", "ib-link-errors"}
 
 
 def test_merge_maps_other_headers_and_drops_a_cut_last_line(tmp_path):
