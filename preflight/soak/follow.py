@@ -130,10 +130,11 @@ class Mirror:
         else:
             self._partial[name] = first  # not even the header is complete yet
 
-    def pull_argv(self, plan: SoakPlan) -> list[str]:
+    def pull_argv(self, plan: SoakPlan, host: str) -> list[str]:
         pairs = [x for name in WHOLE_FILES for x in (name, "0")]
         pairs += [x for name in APPEND_FILES for x in (name, str(self.sizes[name]))]
-        return [plan.node_python, "-c", _PULL, plan.node_dir, plan.run_id, str(PULL_CAP), *pairs]
+        return pull_argv(plan, host, pairs)
+
 
     def apply(self, files: dict) -> dict[str, list[dict]]:
         """Write what a pull brought; returns the new complete rows of the CSVs, as dicts."""
@@ -174,6 +175,11 @@ class Mirror:
         header = self._header[name]
         # Not strict: a row with fewer cells than the header (or more) maps the cells it has.
         return [dict(zip(header, values, strict=False)) for values in csv.reader(lines)]
+
+
+def pull_argv(plan: SoakPlan, host: str, pairs: list[str]) -> list[str]:
+    """The node-side command that reads ``pairs`` (file name, offset, ...) of ``host``'s run directory."""
+    return [plan.node_python, "-c", _PULL, plan.node_dir, plan.node_subdir(host), str(PULL_CAP), *pairs]
 
 
 def replace_file(path: Path, data: bytes) -> None:
@@ -247,7 +253,7 @@ class HostWatch:
         return self.node.name
 
     def poll(self) -> None:
-        reply = self.node.run(self.mirror.pull_argv(self.plan), timeout=120.0)
+        reply = self.node.run(self.mirror.pull_argv(self.plan, self.name), timeout=120.0)
         doc = last_json_line(reply.stdout or b"") if not reply.fault and reply.exit_code == 0 else None
         if doc is None:
             self.error = reply.fault or (reply.stderr.strip().splitlines() or [f"exit code {reply.exit_code}"])[-1]
