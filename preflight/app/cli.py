@@ -68,7 +68,8 @@ def _active_test_options(run: argparse.ArgumentParser) -> None:
     g.add_argument("--nccl-multinode", action="store_true",
                    help="also all_reduce across the hosts through mpirun on the first host, with intra- and "
                         "inter-node-only variants and 2-node re-pairing to name a culprit; needs Open MPI's "
-                        "mpirun there, passwordless SSH between the nodes and all_reduce_perf built with MPI=1")
+                        "mpirun there, passwordless SSH between the nodes and all_reduce_perf built with MPI=1; "
+                        "with --slurm, srun steps instead (one task per GPU; the site's MPI plugin, no SSH)")
     g.add_argument("--nccl-node-dir", metavar="DIR", default=None,
                    help="where --nccl-multinode writes its hostfiles on the first host "
                         "(default ~/.cache/preflight/multinode)")
@@ -247,9 +248,6 @@ def run_request(args):
                     workers=getattr(args, "workers", None), node_runner=getattr(args, "node_runner", False))
     multinode = None
     if getattr(args, "nccl_multinode", False):
-
-        if slurm:
-            raise UsageError("--nccl-multinode does not run under --slurm yet: run it over SSH (--hosts)")
         if args.quick or not hosts:
             raise UsageError("--nccl-multinode runs across --hosts and is an active test: not with "
                              + ("--quick" if args.quick else "--local"))
