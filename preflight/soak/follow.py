@@ -28,7 +28,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from preflight.contracts import EVENTS_CSV, SOAK_JSON, TELEMETRY_CSV, THROUGHPUT_CSV
+from preflight.collect.slurm import UnavailableNode
+from preflight.contracts import EVENTS_CSV, SLURM_ERROR, SOAK_JSON, TELEMETRY_CSV, THROUGHPUT_CSV
 from preflight.evidence.atomic import write_atomic
 from preflight.parse.smi_records import reasons_from_bitmask
 from preflight.soak.plan import SoakPlan
@@ -370,12 +371,20 @@ def watch(watches: list[HostWatch], plan: SoakPlan, console: Console, live: bool
             time.sleep(plan.poll_s)
 
 
+def _unstarted(node, started: Started | None):
+    """Under Slurm, a node Slurm itself would not run the agent on (its words start "slurm:")
+    is not asked again through srun, which would only wait out its launch timeout."""
+    if started is not None and not started.ok and started.detail.startswith(SLURM_ERROR):
+        return UnavailableNode(node.name, started.detail.removeprefix(SLURM_ERROR))
+    return node
+
+
 def follow_nodes(plan: SoakPlan, console: Console, started: list[Started] | None = None,
                  live: bool = False) -> dict[str, tuple[str, str | None]]:
     """Watch every node of the run until each is done: its outcome (finished, failed, died,
     stalled, unreachable, not started, no soak) and a note, per host."""
-    nodes = make_nodes(plan)
     by_host = {s.host: s for s in started or []}
+    nodes = [_unstarted(n, by_host.get(n.name)) if plan.slurm is not None else n for n in make_nodes(plan)]
     watches = [HostWatch(n, plan, by_host.get(n.name)) for n in nodes]
     try:
         watch(watches, plan, console, live)

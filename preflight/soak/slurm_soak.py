@@ -28,7 +28,7 @@ import json
 import math
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,6 +51,7 @@ COLLECT_MARGIN_S = 240.0
 # The agent's own default vllm start-up allowance (preflight/node/agent.py ServeParams.ready_timeout_s;
 # a test holds the two equal): a vllm soak's length counts from the moment the server answers.
 VLLM_READY_DEFAULT_S = 1200.0
+ABORT_WAIT_S = 60.0  # for srun to end a step one launch failure aborted
 MAX_RETRIES = 2  # steps re-run for the nodes another node's failed launch aborted
 STEPS_JSON = "slurm-steps.json"  # node -> the stderr file of the step that ran its agent
 
@@ -170,33 +171,33 @@ def _start_job(plan: SoakPlan, job: SlurmJob) -> tuple[dict[str, Started], dict[
     for attempt in range(MAX_RETRIES + 1):
         err_name = f"slurm-{job.job}.{attempt}.stderr"
         proc = _launch(plan, job.job, pending, attempt, err_name)
-        up = _wait_up(plan, job.job, pending, proc)
-        for node, s in up.items():
-            started[node] = s
-            steps[node] = err_name
-        rest = [n for n in pending if n not in up]
-        if not rest:
-            break
-        if proc.poll() is None:  # still running, but these agents never reported
-            for node in rest:
-                started[node] = Started(node, False, f"the agent did not report within {START_WAIT_S:g} s")
-                steps[node] = err_name
-            break
-        report = parse_step_stderr((plan.run_dir / "soak" / err_name).read_text(errors="replace"))
-        retry = []
-        for node in rest:
-            if node not in report.launch_failed and report.launch_failed and attempt < MAX_RETRIES:
-                retry.append(node)  # aborted with the step another node's launch failure broke
+        up = _wait_up(plan, job.job, pending, proc, plan.run_dir / "soak" / err_name)
+        ended = proc.poll() is not None
+        report = parse_step_stderr((plan.run_dir / "soak" / err_name).read_text(errors="replace")) if ended else None
+        steps.update(dict.fromkeys(pending, err_name))
+        if report is not None and report.launch_failed:
+            # srun aborts the whole step when one launch fails: the agents that had started
+            # died with it, and start again in a new step without the node Slurm could not reach.
+            for node in pending:
+                if node in report.launch_failed:
+                    started[node] = Started(node, False, f"{SLURM_ERROR}{report.reason_for(node)}")
+            rest = [n for n in pending if n not in report.launch_failed]
+            if rest and attempt < MAX_RETRIES:
+                pending = rest
                 continue
-            said = report.reason_for(node) or f"the task ended before its agent reported (srun exit {proc.returncode})"
-            started[node] = Started(node, False, f"{SLURM_ERROR}{said}")
-            steps[node] = err_name
-        if not retry:
+            for node in rest:
+                started[node] = Started(node, False, f"{SLURM_ERROR}{report.reason_for(node) or 'step aborted'}")
             break
-        # The nodes of the aborted step that came up are started again too: their agents died with it.
-        pending = retry + [n for n in up if n not in report.launch_failed]
         for node in pending:
-            started.pop(node, None)
+            if node in up:
+                started[node] = up[node]
+            elif report is None:  # still running, but this agent never reported
+                started[node] = Started(node, False, f"the agent did not report within {START_WAIT_S:g} s")
+            else:
+                said = (report.reason_for(node)
+                        or f"the task ended before its agent reported (srun exit {proc.returncode})")
+                started[node] = Started(node, False, f"{SLURM_ERROR}{said}")
+        break
     return started, steps
 
 
@@ -208,23 +209,42 @@ def _launch(plan: SoakPlan, job: int, nodes: list[str], attempt: int, err_name: 
                                 stderr=err, start_new_session=True)
 
 
-def _wait_up(plan: SoakPlan, job: int, nodes: list[str], proc: subprocess.Popen) -> dict[str, Started]:
+def _wait_up(plan: SoakPlan, job: int, nodes: list[str], proc: subprocess.Popen, stderr: Path) -> dict[str, Started]:
     """Poll the nodes' heartbeats until each agent left its "starting" state, the step ended,
-    or START_WAIT_S passed."""
+    or START_WAIT_S passed. A poll of a node srun cannot reach waits out srun's own launch
+    timeout, so polls run in the background and srun's stderr is read every second: once it
+    reports a failed launch the step is being aborted, and its heartbeats no longer matter."""
     up: dict[str, Started] = {}
     deadline = time.monotonic() + START_WAIT_S
-    with ThreadPoolExecutor(max_workers=max(1, min(64, len(nodes)))) as pool:
-        while time.monotonic() < deadline:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(64, len(nodes))), thread_name_prefix="soak-start")
+    inflight: dict[str, Future] = {}
+    try:
+        while True:
             ended = proc.poll() is not None  # read first: a short soak may finish in between
-            pending = [n for n in nodes if n not in up]
-            for node, beat in zip(pending, pool.map(lambda n: _heartbeat(plan, job, n), pending), strict=True):
-                if beat and beat.get("state") not in (None, "starting"):
-                    ok = beat["state"] != "failed"
-                    up[node] = Started(node, ok, f"agent pid {beat.get('pid')} in job {job}" if ok else
-                                       str(beat.get("last_error") or "the agent failed"))
-            if ended or len(up) == len(nodes):
+            if parse_step_stderr(stderr.read_text(errors="replace")).launch_failed:
+                try:
+                    proc.wait(ABORT_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    pass
+                break
+            for node in nodes:
+                if node not in up and node not in inflight:
+                    inflight[node] = pool.submit(_heartbeat, plan, job, node)
+            if ended:  # one last look at every node, for agents that already finished
+                wait(list(inflight.values()), timeout=60)
+            for node, future in list(inflight.items()):
+                if future.done():
+                    del inflight[node]
+                    beat = future.result()
+                    if beat and beat.get("state") not in (None, "starting"):
+                        ok = beat["state"] != "failed"
+                        up[node] = Started(node, ok, f"agent pid {beat.get('pid')} in job {job}" if ok else
+                                           str(beat.get("last_error") or "the agent failed"))
+            if ended or len(up) == len(nodes) or time.monotonic() > deadline:
                 break
             time.sleep(1.0)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a poll still waiting on srun ends on its own limit
     return up
 
 

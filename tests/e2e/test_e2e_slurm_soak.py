@@ -104,7 +104,7 @@ def test_a_controller_killed_mid_soak_leaves_the_agents_running_and_attach_colle
             "soak_cli.plan_from_args = lambda *a, **k: (lambda p: replace(p, agent_args="
             f"p.agent_args + ('--fake-nvml', {FAKE_HOOK!r})))(real(*a, **k))\n"
             "sys.exit(main(sys.argv[1:]))\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, *soak_args(out, node_dir, "k1", 8.0, "-w", "gpu[01-02]")],
+    proc = subprocess.Popen([sys.executable, "-c", code, *soak_args(out, node_dir, "k1", 6.0, "-w", "gpu[01-02]")],
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     agents = [node_dir / "k1" / n for n in ("gpu01", "gpu02")]
@@ -117,7 +117,7 @@ def test_a_controller_killed_mid_soak_leaves_the_agents_running_and_attach_colle
     killed_at = time.time()
     # The step outlived its controller: the agents sample on, to the soak's planned end.
     beats = [wait_for(lambda d=d: (b := heartbeat(d)) and b["state"] == "finished" and b, 30) for d in agents]
-    assert all(b["elapsed_s"] >= 8.0 and b["now_epoch"] > killed_at for b in beats)
+    assert all(b["elapsed_s"] >= 6.0 and b["now_epoch"] > killed_at for b in beats)
     assert not (out / "k1" / "report.json").exists()
     assert len(cluster.slurm("squeue", "-h", "-o", "%i").stdout.split()) == 1  # the allocation waits for --attach
     code = main(["soak", "--attach", "k1", "--out", str(out), "-q"])
@@ -130,3 +130,26 @@ def test_a_controller_killed_mid_soak_leaves_the_agents_running_and_attach_colle
         last = max(float(r["time"]) for r in rows if r["host"] == host)
         assert last > killed_at and last >= beat["now_epoch"] - 0.5
     cluster.wait_idle()  # --attach released the allocation
+
+
+def test_a_node_whose_slurmd_died_is_not_started_and_the_others_soak_in_a_step_without_it(cluster, tmp_path,
+                                                                                          fake_nvml):
+    """Last in the module: Slurm keeps the dead node's job COMPLETING until its slurmd answers again.
+    srun aborts the step when gpu03's launch fails, killing the agents it had started on gpu01 and
+    gpu02; they start again, in a step of their own, and soak to the end."""
+    cluster.stop_slurmd("gpu03")
+    try:
+        out, node_dir = tmp_path / "reports", tmp_path / "node"
+        assert main(soak_args(out, node_dir, "d1", 3.0, "-w", "gpu[01-03]")) == 1
+        agents = json.loads((out / "d1" / "soak.json").read_text())["agents"]
+        assert {h: a["outcome"] for h, a in agents.items()} == {
+            "gpu01": "finished", "gpu02": "finished", "gpu03": "not started"}
+        assert agents["gpu03"]["note"] == "slurm: task launch failed: Communication connection failure"
+        soak = out / "d1" / "soak"
+        [job] = json.loads((soak / "run.json").read_text())["slurm"]["jobs"]
+        assert "failed on node gpu03" in (soak / f"slurm-{job['job']}.0.stderr").read_text()
+        assert json.loads((soak / "slurm-steps.json").read_text())["gpu01"].endswith(".1.stderr")
+        rows = read_csv(out / "d1" / "telemetry.csv")
+        assert {r["host"] for r in rows} == {"gpu01", "gpu02"}
+    finally:
+        cluster.start_slurmd("gpu03")
