@@ -143,9 +143,13 @@ def step_argv(plan: SoakPlan, job: int, nodes: list[str], fresh: bool) -> list[s
 def start(plan: SoakPlan, console: Console) -> list[Started]:
     """Write run.json, then start every allocation's agent step; returns once each node's agent
     samples (or failed, or Slurm said why not)."""
-    write_plan(plan)
-    soak_dir = plan.run_dir / "soak"
-    (soak_dir / "agent.tar").write_bytes(agent_bundle(plan.builtin_model))
+    try:
+        write_plan(plan)
+        soak_dir = plan.run_dir / "soak"
+        (soak_dir / "agent.tar").write_bytes(agent_bundle(plan.builtin_model))
+    except Exception:
+        release_soak(plan)  # no agent runs yet: nothing to keep the allocation for
+        raise
     started: dict[str, Started] = {}
     steps: dict[str, str] = {}
     for h in plan.hosts:
