@@ -48,8 +48,8 @@ from preflight.model import Host, ProbeResult
 def rank_order(members: Sequence[str]) -> list[str]:
     """The nodes in the order srun gives them ranks, as far as the controller can tell: the
     node list sorted (ClusterShell's order; Slurm's is its node table's, the same where
-    slurm.conf lists nodes in order). The run's own device lines ("Rank R ... on HOST") are
-    what the check reads for who ran which rank."""
+    slurm.conf lists nodes in order). The run's own device lines ("Rank R ... on HOST") say
+    which rank ran where; NCCL's WARN lines name their host themselves."""
     return list(NodeSet.fromlist(members))
 
 
