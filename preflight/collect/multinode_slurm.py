@@ -9,9 +9,11 @@ host, no hostfile, no SSH between the nodes. The same runs as over SSH
 command line through ``env``; then, if one of them did not pass, the 2-node re-pairing, whose
 disjoint pairs run as concurrent steps of the one allocation.
 
-Each task runs under ``timeout -k``, so a hung all_reduce ends on its nodes at the stage's limit
-and srun returns that exit (124/137: a hang, as over SSH). A rank that dies ends the step
-(``--kill-on-bad-exit=1``) instead of leaving its peers to wait for it. The saved output is the
+Each task runs under ``timeout -k``, so a hung all_reduce ends on its nodes at the stage's limit.
+A rank that dies ends the step (``--kill-on-bad-exit=1``) instead of leaving its peers to wait
+for it; so does the first rank whose limit fires, and srun then returns its peers' 143
+(terminated), the highest exit. The saved exit is therefore 124 (a hang, as over SSH) whenever
+srun's stderr says a task exited 124 or 137, else srun's own. The saved output is the
 mpirun stage's format (``preflight.collect.multinode``): ``# preflight: tool=srun ...``, the
 members in rank order as ``# preflight: host NAME slots=G`` (srun's default block distribution
 puts ranks 0..G-1 on the first node of the sorted node list, and so on), srun's stdout (rank 0
@@ -43,6 +45,8 @@ from preflight.collect.node import now_iso
 from preflight.collect.slurm_job import SlurmOptions, SlurmUsageError, allocate, release, slurm
 from preflight.contracts import SLURM_ERROR
 from preflight.model import Host, ProbeResult
+from preflight.parse.nccl_probe import TIMEOUT_EXITS
+from preflight.parse.slurm import task_exit_codes
 
 
 def rank_order(members: Sequence[str]) -> list[str]:
@@ -87,6 +91,10 @@ def one_step(job: int, gpus: int, options: MultinodeOptions, on_result: Callable
                                  r.duration_s, r.timed_out, r.error)
         else:
             code = None if r.timed_out else r.exit_code
+            if code is not None and any(c in TIMEOUT_EXITS for c in task_exit_codes(r.stderr)):
+                # A rank's own limit fired: a hang, even when srun then terminated its peers
+                # (--kill-on-bad-exit) and returns their 143 as the step's exit.
+                code = TIMEOUT_EXITS[0]
             result = ProbeResult(probe, fleet_host, tuple(argv), step_text(members, gpus, r.stdout, r.stderr, code,
                                                                            r.duration_s),
                                  r.stderr, 0, r.started, r.duration_s, r.timed_out, None)

@@ -175,3 +175,13 @@ def time_limit_s(text: str) -> float | None:
     else:
         seconds = a * 60 + b
     return float(seconds) or None
+
+
+_TASK_EXIT = re.compile(r"^srun: error: \S+: tasks? [\d,\-]+: Exited with exit code (\d+)\s*$", re.MULTILINE)
+
+
+def task_exit_codes(text: str) -> list[int]:
+    """Every task exit code srun's stderr reports ("srun: error: gpu01: task 0: Exited with exit
+    code 124"), in order. srun's own exit is only the highest of them, or 128+signal of a task
+    it terminated, which hides what the first task to end said."""
+    return [int(m[1]) for m in _TASK_EXIT.finditer(text)]

@@ -78,3 +78,9 @@ def test_all_reduce_perf_missing_on_the_nodes_is_not_run(monkeypatch):
     run, saved = run_one(monkeypatch, result(b"", "timeout: failed to run command 'all_reduce_perf': No such file "
                                                   "or directory\n", 127))
     assert run.state == "not-run" and saved.tool_missing
+
+
+def test_a_rank_whose_limit_fired_is_a_hang_though_srun_returns_its_peers_143(monkeypatch):
+    said = (FIX / "srun-timeout-kill-on-bad-exit.stderr").read_text()  # real; srun exited 143
+    run, saved = run_one(monkeypatch, result(b"", said, 143))
+    assert run.state == "hung" and "# preflight: repetition 1 exit=124" in saved.text

@@ -48,13 +48,16 @@ def warn(corpus_file: str, host: str) -> str:
 
 # Per node, the replies of its task in each run it takes part in, in the order the stage runs them:
 # full, intra, inter, then its pairs (ranks follow the sorted node list: gpu01 is rank 0 of its pairs).
+# A failing run is rank 0's table cut short plus the erring rank's real WARN line, every task
+# exiting 0: a task that exits non-zero makes srun terminate the step (--kill-on-bad-exit), maybe
+# before a slower node's task has started, and that node's replay would then fall one call
+# behind. (A rank's non-zero exit is tested on srun's real output in tests/collect/test_multinode_slurm.py.)
 STEPS = {
-    "gpu01": [HANG, Reply(table(HOSTS)), Reply(table(HOSTS, rows=2), exit_code=1),
-              Reply(table(["gpu01", "gpu02"])), Reply(table(["gpu01", "gpu03"], rows=1), exit_code=1)],
-    "gpu02": [HANG, QUIET, Reply(warn("azure-ib-error12-retry-exceeded-nccl-warn.txt", "gpu02"), exit_code=1),
+    "gpu01": [HANG, Reply(table(HOSTS)), Reply(table(HOSTS, rows=2)),
+              Reply(table(["gpu01", "gpu02"])), Reply(table(["gpu01", "gpu03"], rows=1))],
+    "gpu02": [HANG, QUIET, Reply(warn("azure-ib-error12-retry-exceeded-nccl-warn.txt", "gpu02")),
               QUIET, Reply(table(["gpu02", "gpu04"]))],
-    "gpu03": [HANG, QUIET, QUIET,
-              Reply(warn("hgx-nccl2.27-ibv-modify-qp-110-timeout-init-rtr-timestamped.txt", "gpu03"), exit_code=1)],
+    "gpu03": [HANG, QUIET, QUIET, Reply(warn("hgx-nccl2.27-ibv-modify-qp-110-timeout-init-rtr-timestamped.txt", "gpu03"))],
     "gpu04": [HANG, QUIET, QUIET, QUIET],
 }
 
