@@ -32,7 +32,15 @@ How faulty is told from normal:
   run-to-run noise, while the ring-class figure (~370 against ~480 GB/s with NVLS on 8 x
   H100/H200, docs/sources.md §3) falls below the line, as it should on a board where NVLS is the
   default. Below 50% FAILs: more than any algorithm choice explains, so a link or GPU is
-  missing from the path. No figure in the profile: the figure is reported, not judged.
+  missing from the path. No figure in the profile: the figure is reported, not judged (and the
+  fleet check nccl-fleet-relative holds it against the fleet's own median).
+- Site baseline (a profile written by ``preflight baseline``): its figure is the median of the
+  site's known-good runs and it carries its own lines (``nccl.all_reduce_busbw_warn_gbs``,
+  ``..._fail_gbs``: median - margin and median - 2 x margin, preflight/knowledge/site_profile.py),
+  which replace the 85 % / 50 % ratios. Its ``nccl.all_reduce_ranks``, ``nccl.all_reduce_bytes``
+  and ``nccl.all_reduce_gpu_model`` say what the figure was measured on: another rank count,
+  largest size or GPU model (from the run's device lines) is not judged against it, which keeps
+  a baseline derived under the generic profile off the other GPUs that profile also takes.
 - Single GPU (one rank): no inter-GPU traffic, busbw is 0 by definition, so bandwidth is not
   applicable (SKIP), but a hang or corruption still FAILs.
 - NCCL log lines (``NCCL_SIGNATURES`` in preflight/parse/nccl_tests.py) become symptoms:
@@ -235,8 +243,18 @@ def _judge_bandwidth(host, passed: list[Repetition], v: _Verdict) -> bool:
         v.add("info", f"{measured}; {reason}", None, rows)
         return False
     expected = float(host.profile.get("nccl.all_reduce_busbw_gbs"))
-    v.data.update(expected_busbw_gbs=expected, threshold_gbs=expected * LOW_WARN)
+    site_warn = host.profile.get("nccl.all_reduce_busbw_warn_gbs")
+    site_fail = host.profile.get("nccl.all_reduce_busbw_fail_gbs")
     ratio = middle / expected
+    if site_warn is not None and site_fail is not None:
+        v.data.update(expected_busbw_gbs=expected, threshold_gbs=site_warn, fail_threshold_gbs=site_fail)
+        versus = (f"{measured}, {ratio:.1%} of the site baseline's median {expected:g} GB/s ({host.profile.id}; "
+                  f"warn below {site_warn:g}, fail below {site_fail:g} GB/s)")
+        severity = "fail" if middle < site_fail else "warn" if middle < site_warn else "info"
+        v.add(severity, f"low bandwidth: {versus}" if severity != "info" else versus,
+              "nccl-low-bandwidth" if severity != "info" else None, rows)
+        return False
+    v.data.update(expected_busbw_gbs=expected, threshold_gbs=expected * LOW_WARN)
     versus = (f"{measured}, {ratio:.1%} of the {expected:g} GB/s {host.profile.id} expects"
               f" (warn below {LOW_WARN:.0%}, fail below {LOW_FAIL:.0%})")
     if ratio < LOW_FAIL:
@@ -253,7 +271,10 @@ def _why_no_threshold(host, runs: list[NcclRun], nranks: int | None, largest: in
     collective = _collective(runs[0])
     hosts = {d.host for run in runs for d in run.devices}
     expected = host.profile.get("nccl.all_reduce_busbw_gbs")
-    gpus = host.profile.gpu_count
+    gpus = host.profile.get("nccl.all_reduce_ranks") or host.profile.gpu_count
+    site_bytes = host.profile.get("nccl.all_reduce_bytes")
+    site_model = host.profile.get("nccl.all_reduce_gpu_model")
+    models = {d.name for run in runs for d in run.devices if d.name}
     if collective != "all_reduce":
         return f"a {collective} run, not all_reduce: no threshold"
     if largest < MIN_JUDGED_BYTES:
@@ -266,6 +287,12 @@ def _why_no_threshold(host, runs: list[NcclRun], nranks: int | None, largest: in
         return "rank count not in the output: not judged against the profile"
     if gpus is not None and nranks != gpus:
         return f"{nranks} ranks, but the {expected:g} GB/s of {host.profile.id} is for {gpus} GPUs: not judged"
+    if site_model is not None and models != {site_model}:
+        return (f"GPU model {', '.join(sorted(models)) or 'not in the output'}, but the {expected:g} GB/s of "
+                f"{host.profile.id} is for {site_model}: not judged")
+    if site_bytes is not None and largest != site_bytes:
+        return (f"largest size {_size(largest)}, but the {expected:g} GB/s of {host.profile.id} was measured at "
+                f"{_size(site_bytes)}: not judged")
     return None
 
 

@@ -95,8 +95,13 @@ SCHEMA: dict[str, dict[str, tuple[str, Callable[[Any], bool]]]] = {
             "rate_gbps": ("a positive number", _positive_number),
             "gpu_nic_max_path": ("a string", lambda v: isinstance(v, str)),
             "policy_file": ("a file path", lambda v: isinstance(v, str) and bool(v))},
-    "nccl": {key: ("a positive number", _positive_number)
-             for key in ("all_reduce_busbw_gbs", "all_reduce_busbw_ring_gbs", "inter_node_busbw_per_nic_gbs")},
+    "nccl": {**{key: ("a positive number", _positive_number)
+                for key in ("all_reduce_busbw_gbs", "all_reduce_busbw_ring_gbs", "inter_node_busbw_per_nic_gbs",
+                            # a site baseline's own lines and what its figure was measured on
+                            # (preflight/knowledge/site_profile.py)
+                            "all_reduce_busbw_warn_gbs", "all_reduce_busbw_fail_gbs")},
+             "all_reduce_ranks": ("a whole number", _count), "all_reduce_bytes": ("a whole number", _count),
+             "all_reduce_gpu_model": ("a string", lambda v: isinstance(v, str) and bool(v))},
 }
 
 
@@ -114,10 +119,29 @@ def _schema_error(data: dict) -> str | None:
             kind, ok = keys[key]
             if item is not None and not ok(item):
                 return f"field '{section}.{key}' must be {kind}, not {item!r}"
+    lines = _site_lines_error(data.get("nccl") or {})
+    if lines:
+        return lines
     sources = data.get("sources")
     if sources is not None and (not isinstance(sources, dict)
                                 or not all(isinstance(v, str) for v in sources.values())):
         return "field 'sources' must map keys to strings"
+    return None
+
+
+def _site_lines_error(nccl: dict) -> str | None:
+    """A site baseline's warn and fail lines come together, under a figure, in that order
+    (preflight/knowledge/site_profile.py): one alone would leave the check on the other rule."""
+    warn, fail = nccl.get("all_reduce_busbw_warn_gbs"), nccl.get("all_reduce_busbw_fail_gbs")
+    figure = nccl.get("all_reduce_busbw_gbs")
+    if warn is None and fail is None:
+        return None
+    if warn is None or fail is None or figure is None:
+        return ("fields 'nccl.all_reduce_busbw_warn_gbs' and 'nccl.all_reduce_busbw_fail_gbs' go together, "
+                "with 'nccl.all_reduce_busbw_gbs'")
+    if not fail < warn <= figure:
+        return (f"field 'nccl.all_reduce_busbw_fail_gbs' ({fail}) must be below 'nccl.all_reduce_busbw_warn_gbs' "
+                f"({warn}), and that at most 'nccl.all_reduce_busbw_gbs' ({figure})")
     return None
 
 
