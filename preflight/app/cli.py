@@ -68,7 +68,8 @@ def _active_test_options(run: argparse.ArgumentParser) -> None:
     g.add_argument("--nccl-multinode", action="store_true",
                    help="also all_reduce across the hosts through mpirun on the first host, with intra- and "
                         "inter-node-only variants and 2-node re-pairing to name a culprit; needs Open MPI's "
-                        "mpirun there, passwordless SSH between the nodes and all_reduce_perf built with MPI=1")
+                        "mpirun there, passwordless SSH between the nodes and all_reduce_perf built with MPI=1; "
+                        "with --slurm, srun steps instead (one task per GPU; the site's MPI plugin, no SSH)")
     g.add_argument("--nccl-node-dir", metavar="DIR", default=None,
                    help="where --nccl-multinode writes its hostfiles on the first host "
                         "(default ~/.cache/preflight/multinode)")
@@ -77,25 +78,9 @@ def _active_test_options(run: argparse.ArgumentParser) -> None:
 
 
 def _slurm_options(run: argparse.ArgumentParser) -> None:
-    g = run.add_argument_group("Slurm", "run --slurm: one srun task per node runs the probes on that node "
-                                        "(nothing installed there but python3); no SSH")
-    g.add_argument("--slurm", action="store_true", help="run through Slurm (salloc + srun) instead of SSH")
-    g.add_argument("-w", "--nodelist", metavar="NODELIST",
-                   help="with --slurm: the nodes, in Slurm's syntax (gpu[001-016]); default: --hosts, -H, "
-                        "else the partition's nodes")
-    g.add_argument("--partition", "-p", metavar="P", help="with --slurm: the partition to allocate from")
-    g.add_argument("--account", "-A", metavar="A", help="with --slurm: the account to charge")
-    g.add_argument("--time", metavar="T", help="with --slurm: the job's time limit, in Slurm's format "
-                                                "(default: the node budget in minutes, plus 2)")
-    g.add_argument("--max-nodes-per-job", type=_positive(int), default=256, metavar="N",
-                   help="with --slurm: at most N nodes per allocation; more nodes, more jobs (default 256)")
-    g.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
-                   help="with --slurm: one more allocation option, passed to salloc as it is "
-                        "(e.g. --sbatch-arg=--qos=high; repeatable)")
-    g.add_argument("--node-python", default="python3", metavar="PATH",
-                   help="with --slurm: the python3 that runs preflight's task on each node (default python3)")
-    g.add_argument("--alloc-timeout", type=_positive(int), default=300, metavar="SECONDS",
-                   help="with --slurm: how long to wait for busy nodes before they are reported (default 300)")
+    options.add_slurm(run, "run --slurm: one srun task per node runs the probes on that node "
+                           "(nothing installed there but python3); no SSH",
+                      "default: the node budget in minutes, plus 2")
 
 
 def _common_analysis_options(p: argparse.ArgumentParser) -> None:
@@ -278,9 +263,6 @@ def run_request(args):
                     workers=getattr(args, "workers", None), node_runner=getattr(args, "node_runner", False))
     multinode = None
     if getattr(args, "nccl_multinode", False):
-
-        if slurm:
-            raise UsageError("--nccl-multinode does not run under --slurm yet: run it over SSH (--hosts)")
         if args.quick or not hosts:
             raise UsageError("--nccl-multinode runs across --hosts and is an active test: not with "
                              + ("--quick" if args.quick else "--local"))

@@ -53,6 +53,29 @@ SSH = (
     Option(("--connect-timeout",), dict(type=positive(float, 3600.0), default=10.0, metavar="SECONDS",
                                         help="seconds to connect (default 10)"), "connect-timeout"),
 )
+# `run --slurm` and `soak --slurm` (ClusterShell's habit again: one group, two commands). The
+# --time help differs, since the two compute their default limit from different budgets.
+SLURM = (
+    Option(("--slurm",), dict(action="store_true", help="run through Slurm (salloc + srun) instead of SSH")),
+    Option(("-w", "--nodelist"), dict(metavar="NODELIST",
+                                      help="with --slurm: the nodes, in Slurm's syntax (gpu[001-016]); default: "
+                                           "--hosts, -H, else the partition's nodes")),
+    Option(("--partition", "-p"), dict(metavar="P", help="with --slurm: the partition to allocate from")),
+    Option(("--account", "-A"), dict(metavar="A", help="with --slurm: the account to charge")),
+    Option(("--time",), dict(metavar="T", help="with --slurm: the job's time limit, in Slurm's format")),
+    Option(("--max-nodes-per-job",), dict(type=positive(int), default=256, metavar="N",
+                                          help="with --slurm: at most N nodes per allocation; more nodes, more jobs "
+                                               "(default 256)")),
+    Option(("--sbatch-arg",), dict(action="append", default=[], metavar="ARG",
+                                   help="with --slurm: one more allocation option, passed to salloc as it is "
+                                        "(e.g. --sbatch-arg=--qos=high; repeatable)")),
+    Option(("--node-python",), dict(default="python3", metavar="PATH",
+                                    help="with --slurm: the python3 that runs preflight's task on each node "
+                                         "(default python3)")),
+    Option(("--alloc-timeout",), dict(type=positive(int), default=300, metavar="SECONDS",
+                                      help="with --slurm: how long to wait for busy nodes before they are reported "
+                                           "(default 300)")),
+)
 OUTPUT = (
     Option(("--out",), dict(metavar="DIR", type=Path, default=Path("reports"),
                             help="where run directories go (default: ./reports)"), "out", True),
@@ -79,6 +102,14 @@ def add_targets(parser: argparse.ArgumentParser) -> Any:
 
 def add_ssh(parser: argparse.ArgumentParser) -> None:
     add(parser, SSH, "SSH")
+
+
+def add_slurm(parser: argparse.ArgumentParser, description: str, time_help: str) -> None:
+    """The Slurm group; ``time_help`` says how the command picks its default ``--time``."""
+    group = parser.add_argument_group("Slurm", description)
+    for o in SLURM:
+        kwargs = dict(o.kwargs, help=f"{o.kwargs['help']} ({time_help})") if o.dest == "time" else o.kwargs
+        group.add_argument(*o.flags, **kwargs)
 
 
 def add_output(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:

@@ -17,6 +17,7 @@ from preflight import __version__
 from preflight.collect.fanout import ExecPlan, run_node
 from preflight.collect.local import LocalNode, local_host_name
 from preflight.collect.multinode import MultinodeOptions, run_multinode
+from preflight.collect.multinode_slurm import run_multinode_slurm
 from preflight.collect.probes import PROBES, Probe
 from preflight.collect.shards import auto_workers, run_sharded
 from preflight.collect.slurm_fleet import prepare, run_slurm
@@ -56,7 +57,7 @@ class RunRequest:
     run_id: str
     forced_profile: str | None = None
     html: bool = True  # write report.html beside the other reports
-    multinode: MultinodeOptions | None = None  # --nccl-multinode: the stage after the per-host probes
+    multinode: MultinodeOptions | None = None  # --nccl-multinode: after the per-host probes (mpirun or srun)
     slurm: SlurmOptions | None = None  # --slurm: the hosts are Slurm nodes, probed by srun tasks
 
 
@@ -93,9 +94,12 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
         run_node(LocalNode(names[0]), req.plan, on_result)
     else:
         run_sharded(req.hosts, req.plan, on_result, req.plan.workers or auto_workers(len(req.hosts)))
-        if req.multinode:
-            bundle = writer.bundle()
-            reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
+    if req.multinode and not local:
+        bundle = writer.bundle()
+        reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
+        if req.slurm:
+            run_multinode_slurm(req.hosts, reached, writer.add, req.slurm, req.multinode, req.run_id, FLEET_HOST)
+        else:
             run_multinode(req.hosts, reached, writer.add, req.plan.ssh, req.multinode, req.run_id, FLEET_HOST)
 
     analysis = analyze(writer.bundle(), req.checks, req.profiles, req.kb, req.forced_profile)

@@ -18,17 +18,23 @@ from preflight.collect.local import local_host_name
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.evidence.bundle import new_run_id
 from preflight.knowledge.datafile import LONGEST_S, fraction, positive
+from preflight.parse.slurm import time_limit_s
+from preflight.soak import slurm_soak
 from preflight.soak.controller import analyze_and_show, follow
 from preflight.soak.plan import (
     ENGINES,
     NODE_DIR,
     POLL_S,
+    SlurmSoak,
     SoakPlan,
     builtin_models,
     load_plan,
 )
 from preflight.soak.ship import start
 from preflight.soak.slo_spec import SloError, parse_slos
+
+# Under Slurm every poll of a node is a job step slurmctld creates: polled less often.
+SLURM_POLL_S = 10.0
 
 
 def add_slo_options(p: argparse.ArgumentParser) -> None:
@@ -88,11 +94,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
                        "(default 256)")
     p.add_argument("--node-dir", default=NODE_DIR,
                    help=f"where agents keep their files on the nodes (default {NODE_DIR})")
-    p.add_argument("--poll", type=_positive, default=POLL_S,
-                   help=f"seconds between polls of the nodes (default {POLL_S:g})")
+    p.add_argument("--poll", type=_positive, default=None,
+                   help=f"seconds between polls of the nodes (default {POLL_S:g}; {SLURM_POLL_S:g} with --slurm)")
     add_slo_options(serve)
     options.add_output(p)
     options.add_ssh(p)
+    options.add_slurm(p, "soak --slurm: the agents run as srun tasks inside one allocation (nothing installed "
+                         "on the nodes but python3 with pynvml, and torch for burn); no SSH",
+                      "default: the soak's length plus its start-up and collection, in minutes; a shorter "
+                      "limit is refused")
     return p
 
 
@@ -141,15 +151,48 @@ def plan_from_args(args, local_name: str, run_id: str | None = None) -> SoakPlan
     if args.interval < 0.1:
         raise UsageError("--interval: at most 10 samples a second (>= 0.1 s)")
     ssh = targets.ssh_of(args)
-    hosts = targets.hosts_of(args)
-    seconds = args.minutes * 60 if args.minutes else (args.hours or 1.0) * 3600
+    seconds = soak_seconds(args)
+    slurm = targets.slurm_of(args)
+    if slurm:
+        check_time_limit(args, engine, seconds)
+        hosts = targets.slurm_hosts_of(args, slurm)
+        if not hosts:
+            raise UsageError("--slurm: no nodes to soak")
+    else:
+        hosts = targets.hosts_of(args)
     agent_args = (("--bench", repr(args.bench)) if args.bench else ()) + serve_args
     if args.ib_interval is not None:
         agent_args += (f"--ib-interval={args.ib_interval!r}",)
     builtin = args.model if engine == "vllm" and args.model in builtin_models() else None
+    poll = args.poll or (SLURM_POLL_S if slurm else POLL_S)
     return SoakPlan(run_id=run_id, out=args.out, engine=engine, seconds=seconds, interval_s=args.interval,
                     hosts=tuple(hosts), local_name=local_name, ssh=ssh, python=args.python,
-                    node_dir=args.node_dir, agent_args=agent_args, builtin_model=builtin, poll_s=args.poll)
+                    node_dir=args.node_dir, agent_args=agent_args, builtin_model=builtin, poll_s=poll,
+                    slurm=SlurmSoak(slurm) if slurm else None)
+
+
+def soak_seconds(args) -> float:
+    return args.minutes * 60 if args.minutes else (args.hours or 1.0) * 3600
+
+
+def needed_s(args, engine: str | None = None) -> float:
+    """The allocation time a ``soak --slurm`` with these options needs (``slurm_soak.needed_s``)."""
+    engine = engine or args.engine or ("endpoint" if args.endpoint else "burn")
+    return slurm_soak.needed_s(soak_seconds(args), engine, args.ready_timeout, args.bench)
+
+
+def check_time_limit(args, engine: str, seconds: float) -> None:
+    """``--time`` must cover the soak: a job killed at its limit would cut the soak short."""
+    if not args.time:
+        return
+    try:
+        limit = time_limit_s(args.time)
+    except ValueError as exc:
+        raise UsageError(f"--time: {exc}") from None
+    needed = needed_s(args, engine)
+    if limit is not None and limit < needed:
+        raise UsageError(f"--time {args.time}: the soak needs at least {slurm_soak.time_limit(needed)} minutes "
+                         f"({seconds:g} s of soak plus {needed - seconds:g} s for start-up and collection)")
 
 
 def cmd_soak(args, console: Console) -> int:
@@ -164,12 +207,16 @@ def cmd_soak(args, console: Console) -> int:
         else:
             plan = plan_from_args(args, local_host_name(), args.run_id)
         slos = slos_of(args)
+        if plan.slurm is not None and not args.attach:
+            # Node states and allocations before anything is written: a request Slurm refuses
+            # exits 2 and leaves nothing behind.
+            plan = slurm_soak.allocate_soak(plan, needed_s(args))
     except INPUT_ERRORS as exc:
         err.print(f"preflight: error: {exc}", highlight=False, markup=False)
         return EXIT_USAGE
     try:
         if not args.attach:
-            started = start(plan, console)
+            started = slurm_soak.start(plan, console) if plan.slurm is not None else start(plan, console)
         outcome = follow(plan, console, started, live=console.is_terminal and not args.quiet)
     except KeyboardInterrupt:
         again = f"preflight soak --attach {plan.run_id}" + (f" --out {args.out}" if args.out != Path("reports") else "")

@@ -280,8 +280,8 @@ def hostfile(hosts: Sequence[str], slots: int) -> bytes:
 def run_stage(hosts: Sequence[str], gpus: int, single_failed: Collection[str], launcher: Node,
               options: MultinodeOptions, run_id: str, on_result: Callable[[ProbeResult], None],
               fleet_host: str) -> None:
-    """The three variants, then, if one did not pass, the re-pairing rounds; every result goes
-    to ``on_result`` as the pseudo-host ``fleet_host``."""
+    """The stage through mpirun on ``launcher``: every result goes to ``on_result`` as the
+    pseudo-host ``fleet_host`` (``run_pass`` decides what runs)."""
 
     def one(probe: str, members: Sequence[str], split: str = "") -> MultinodeRun:
         argv = run_argv(options, run_id, probe, split, len(members) * gpus, gpus)
@@ -291,6 +291,15 @@ def run_stage(hosts: Sequence[str], gpus: int, single_failed: Collection[str], l
         on_result(result)
         return read_run(result)
 
+    run_pass(hosts, gpus, single_failed, one)
+
+
+RunOne = Callable[..., MultinodeRun]  # (probe, members, split="") -> the run, once its result is recorded
+
+
+def run_pass(hosts: Sequence[str], gpus: int, single_failed: Collection[str], one: RunOne) -> None:
+    """The three variants, then, if one did not pass, the re-pairing rounds; ``one`` runs and
+    records one all_reduce (through mpirun, or as an srun step) and reads it back."""
     runs = [one(PROBE_FULL, hosts), one(PROBE_INTRA, hosts, f"DIV {gpus}"), one(PROBE_INTER, hosts, f"MOD {gpus}")]
     if all(r.ok for r in runs) or any(r.state == "not-run" for r in runs):
         return
@@ -354,12 +363,11 @@ def gpus_of(results: Mapping[str, ProbeResult]) -> int | None:
     return None
 
 
-def run_multinode(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, ProbeResult]],
-                  on_result: Callable[[ProbeResult], None], ssh: SshOptions, options: MultinodeOptions,
-                  run_id: str, fleet_host: str) -> str | None:
-    """The stage over SSH, after the per-host probes; ``evidence`` holds the probe results of
-    the hosts that were reached. Every result goes to ``on_result`` as ``fleet_host``. Returns
-    why it did not run (fewer than two hosts to run on), else None."""
+def stage_members(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, ProbeResult]],
+                  on_result: Callable[[ProbeResult], None],
+                  fleet_host: str) -> tuple[list[Host], int, set[str]] | str:
+    """The hosts the stage runs on (reached, GPU count known), the GPUs per host it uses and the
+    hosts whose own all_reduce failed; or why it cannot run, recorded as the full run's result."""
     counts = {h.name: gpus_of(evidence[h.name]) for h in hosts if h.name in evidence}
     members = [h for h in hosts if counts.get(h.name)]
     if len(members) < 2:
@@ -369,8 +377,21 @@ def run_multinode(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, Pro
         return why
     # NCCL_TESTS_SPLIT's DIV/MOD need the same ranks on every node: the smallest count is used.
     gpus = min(counts[h.name] for h in members)
+    failed = {h.name for h in members if single_node_failed(evidence[h.name].get(NCCL_PROBE_ID))}
+    return members, gpus, failed
+
+
+def run_multinode(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, ProbeResult]],
+                  on_result: Callable[[ProbeResult], None], ssh: SshOptions, options: MultinodeOptions,
+                  run_id: str, fleet_host: str) -> str | None:
+    """The stage over SSH, after the per-host probes; ``evidence`` holds the probe results of
+    the hosts that were reached. Every result goes to ``on_result`` as ``fleet_host``. Returns
+    why it did not run (fewer than two hosts to run on), else None."""
+    picked = stage_members(hosts, evidence, on_result, fleet_host)
+    if isinstance(picked, str):
+        return picked
+    members, gpus, failed = picked
     names = [h.name for h in members]
-    failed = {n for n in names if single_node_failed(evidence[n].get(NCCL_PROBE_ID))}
     launcher = SshNode(members[0], ssh)
     why = launcher.connect()
     if why:

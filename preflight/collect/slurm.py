@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from preflight.collect.node import KILL_AFTER_S, TIMEOUT_EXIT, CommandResult
+from preflight.collect.node import KILL_AFTER_S, TIMEOUT_EXIT, CommandResult, now_iso
 from preflight.collect.slurm_job import slurm
 from preflight.contracts import SLURM_ERROR
 from preflight.parse.slurm import first_error, parse_step_stderr
@@ -43,6 +43,21 @@ class SlurmNode:
         if why:
             return replace(r, argv=argv, stdout=None, exit_code=None, error=f"{SLURM_ERROR}{why}")
         return replace(r, argv=argv, timed_out=r.timed_out or r.exit_code == TIMEOUT_EXIT)
+
+    def close(self) -> None:
+        pass
+
+
+class UnavailableNode:
+    """A node Slurm will not run anything on for this run (drained before it, its allocation
+    not granted): every command is answered at once with that reason, never sent to srun,
+    which would otherwise queue a job of its own for it."""
+
+    def __init__(self, name: str, why: str):
+        self.name, self.why = name, why
+
+    def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float) -> CommandResult:
+        return CommandResult(tuple(argv), None, "", None, now_iso(), 0.0, False, f"{SLURM_ERROR}{self.why}")
 
     def close(self) -> None:
         pass

@@ -111,10 +111,12 @@ class Allocation:
     why_not: str | None = None  # salloc's words when not granted
 
 
-def allocate(nodes: Sequence[str], opts: SlurmOptions, name: str, budget_s: float) -> Allocation:
-    """One job holding ``nodes``, one task per node, until released."""
+def allocate(nodes: Sequence[str], opts: SlurmOptions, name: str, budget_s: float,
+             tasks_per_node: int = 1) -> Allocation:
+    """One job holding ``nodes``, ``tasks_per_node`` tasks on each (one per GPU for an MPI
+    all_reduce step), until released."""
     argv = ["salloc", "--no-shell", f"--job-name={name}", f"--nodes={len(nodes)}",
-            f"--nodelist={NodeSet.fromlist(nodes)}", "--ntasks-per-node=1",
+            f"--nodelist={NodeSet.fromlist(nodes)}", f"--ntasks-per-node={tasks_per_node}",
             f"--time={opts.time or time_limit(budget_s)}", f"--immediate={opts.alloc_timeout_s}"]
     argv += [f"--partition={opts.partition}"] if opts.partition else []
     argv += [f"--account={opts.account}"] if opts.account else []

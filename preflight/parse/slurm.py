@@ -153,3 +153,35 @@ _INPUT_ERRORS = re.compile(
 
 def is_input_error(message: str) -> bool:
     return bool(_INPUT_ERRORS.search(message))
+
+
+# sbatch(1)/salloc(1) --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
+# "days-hours:minutes", "days-hours:minutes:seconds"; 0 asks for no limit (docs/sources.md, Slurm).
+_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
+
+
+def time_limit_s(text: str) -> float | None:
+    """A ``--time`` value in seconds; None for 0 (no limit). Raises ValueError naming the
+    accepted formats for anything else."""
+    m = _TIME.match(text.strip())
+    if not m:
+        raise ValueError(f"{text!r} is not a Slurm time limit (minutes, minutes:seconds, hours:minutes:seconds, "
+                         "days-hours, days-hours:minutes or days-hours:minutes:seconds)")
+    days, dh, dm, ds, a, b, c = (int(g) if g else 0 for g in m.groups())
+    if m[1] is not None:
+        seconds = days * 86400 + dh * 3600 + dm * 60 + ds
+    elif m[7] is not None:
+        seconds = a * 3600 + b * 60 + c
+    else:
+        seconds = a * 60 + b
+    return float(seconds) or None
+
+
+_TASK_EXIT = re.compile(r"^srun: error: \S+: tasks? [\d,\-]+: Exited with exit code (\d+)\s*$", re.MULTILINE)
+
+
+def task_exit_codes(text: str) -> list[int]:
+    """Every task exit code srun's stderr reports ("srun: error: gpu01: task 0: Exited with exit
+    code 124"), in order. srun's own exit is only the highest of them, or 128+signal of a task
+    it terminated, which hides what the first task to end said."""
+    return [int(m[1]) for m in _TASK_EXIT.finditer(text)]

@@ -14,6 +14,9 @@ The command in four steps, one module each:
    ``preflight-soak/1`` directory, ``reports/<run-id>/``, judged by the soak checks
    (``judge.py``) and reported as ``preflight analyze`` would.
 
+``preflight soak --slurm`` starts the agents as srun tasks instead (``slurm_soak.py``) and polls
+them through short srun steps inside the allocation; steps 3-4 are the same.
+
 ``preflight soak --attach RUN_ID`` (after Ctrl-C, a dropped connection or a killed controller)
 reads run.json and resumes steps 3-4 where the local copies end. Every remote command is an argv
 list quoted with ``shlex.join``; host names and paths never reach a shell unquoted. The command
@@ -34,6 +37,7 @@ from preflight.soak.follow import follow_nodes
 from preflight.soak.merge import merge_soak
 from preflight.soak.plan import SoakPlan
 from preflight.soak.ship import Started, start
+from preflight.soak.slurm_soak import release_soak, slurm_outcomes
 
 __all__ = ["SoakOutcome", "analyze_and_show", "follow", "start"]
 
@@ -50,8 +54,13 @@ class SoakOutcome:
 
 
 def follow(plan: SoakPlan, console: Console, started: list[Started] | None = None, live: bool = False) -> SoakOutcome:
-    """Watch the run until every node is done, then merge: used after ``start`` and by ``--attach``."""
+    """Watch the run until every node is done, then merge: used after ``start`` and by ``--attach``.
+    Under Slurm, the outcomes get Slurm's words, and the allocations are released once every
+    node is done (not on Ctrl-C: the agents run on inside them)."""
     outcomes = follow_nodes(plan, console, started, live)
+    if plan.slurm is not None:
+        outcomes = slurm_outcomes(plan, outcomes)
+        release_soak(plan)
     return SoakOutcome(plan.run_dir, outcomes, merge_soak(plan.run_dir, outcomes))
 
 

@@ -5,7 +5,8 @@ says nothing about minute 15, where the thermal cliff shows. So before the figur
 ``soak-telemetry`` asks this module, per host, whether the soak is complete:
 
 - the agent's outcome, where soak.json records one (``agents``: the controller's ``finished``,
-  ``failed``, ``died``, ``stalled``, ``unreachable``, ``not started``, ``no soak``), or the host
+  ``failed``, ``died``, ``stalled``, ``unreachable``, ``not started``, ``no soak``, and under
+  Slurm ``killed``: its step was cancelled, e.g. at its time limit), or the host
   being listed under ``missing``: anything but ``finished`` is an ERROR (``soak-incomplete``)
   with the controller's note;
 - the covered time (the span of the host's telemetry, or of its throughput windows on a host

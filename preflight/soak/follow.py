@@ -28,7 +28,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from preflight.contracts import EVENTS_CSV, IB_COUNTERS_TXT, SOAK_JSON, TELEMETRY_CSV, THROUGHPUT_CSV
+from preflight.collect.slurm import UnavailableNode
+from preflight.contracts import EVENTS_CSV, IB_COUNTERS_TXT, SLURM_ERROR, SOAK_JSON, TELEMETRY_CSV, THROUGHPUT_CSV
 from preflight.evidence.atomic import write_atomic
 from preflight.parse.smi_records import reasons_from_bitmask
 from preflight.soak.plan import SoakPlan
@@ -130,10 +131,11 @@ class Mirror:
         else:
             self._partial[name] = first  # not even the header is complete yet
 
-    def pull_argv(self, plan: SoakPlan) -> list[str]:
+    def pull_argv(self, plan: SoakPlan, host: str) -> list[str]:
         pairs = [x for name in WHOLE_FILES for x in (name, "0")]
         pairs += [x for name in APPEND_FILES for x in (name, str(self.sizes[name]))]
-        return [plan.node_python, "-c", _PULL, plan.node_dir, plan.run_id, str(PULL_CAP), *pairs]
+        return pull_argv(plan, host, pairs)
+
 
     def apply(self, files: dict) -> dict[str, list[dict]]:
         """Write what a pull brought; returns the new complete rows of the CSVs, as dicts."""
@@ -174,6 +176,11 @@ class Mirror:
         header = self._header[name]
         # Not strict: a row with fewer cells than the header (or more) maps the cells it has.
         return [dict(zip(header, values, strict=False)) for values in csv.reader(lines)]
+
+
+def pull_argv(plan: SoakPlan, host: str, pairs: list[str]) -> list[str]:
+    """The node-side command that reads ``pairs`` (file name, offset, ...) of ``host``'s run directory."""
+    return [plan.node_python, "-c", _PULL, plan.node_dir, plan.node_subdir(host), str(PULL_CAP), *pairs]
 
 
 def replace_file(path: Path, data: bytes) -> None:
@@ -247,7 +254,7 @@ class HostWatch:
         return self.node.name
 
     def poll(self) -> None:
-        reply = self.node.run(self.mirror.pull_argv(self.plan), timeout=120.0)
+        reply = self.node.run(self.mirror.pull_argv(self.plan, self.name), timeout=120.0)
         doc = last_json_line(reply.stdout or b"") if not reply.fault and reply.exit_code == 0 else None
         if doc is None:
             self.error = reply.fault or (reply.stderr.strip().splitlines() or [f"exit code {reply.exit_code}"])[-1]
@@ -364,12 +371,20 @@ def watch(watches: list[HostWatch], plan: SoakPlan, console: Console, live: bool
             time.sleep(plan.poll_s)
 
 
+def _unstarted(node, started: Started | None):
+    """Under Slurm, a node Slurm itself would not run the agent on (its words start "slurm:")
+    is not asked again through srun, which would only wait out its launch timeout."""
+    if started is not None and not started.ok and started.detail.startswith(SLURM_ERROR):
+        return UnavailableNode(node.name, started.detail.removeprefix(SLURM_ERROR))
+    return node
+
+
 def follow_nodes(plan: SoakPlan, console: Console, started: list[Started] | None = None,
                  live: bool = False) -> dict[str, tuple[str, str | None]]:
     """Watch every node of the run until each is done: its outcome (finished, failed, died,
     stalled, unreachable, not started, no soak) and a note, per host."""
-    nodes = make_nodes(plan)
     by_host = {s.host: s for s in started or []}
+    nodes = [_unstarted(n, by_host.get(n.name)) if plan.slurm is not None else n for n in make_nodes(plan)]
     watches = [HostWatch(n, plan, by_host.get(n.name)) for n in nodes]
     try:
         watch(watches, plan, console, live)

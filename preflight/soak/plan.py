@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from preflight.collect.slurm_job import SlurmOptions
 from preflight.collect.ssh import SshOptions
 from preflight.contracts import SOAK_RUN_FORMAT
 from preflight.model import Host
@@ -32,6 +33,50 @@ POLL_S = 2.0
 
 class SoakUsageError(ValueError):
     """Bad options or a run that cannot be attached; the CLI exits 2 with the message."""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One allocation of a ``soak --slurm``: its job id (None: not granted, ``why_not`` says
+    why) and its nodes."""
+
+    job: int | None
+    nodes: tuple[str, ...]
+    why_not: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmSoak:
+    """``soak --slurm``: the Slurm options, then (once granted) the allocations and the nodes
+    Slurm would not run anything on, kept in run.json so that ``--attach`` reaches the same jobs."""
+
+    options: SlurmOptions = field(default_factory=SlurmOptions)
+    jobs: tuple[SlurmJob, ...] = ()
+    unusable: dict[str, str] = field(default_factory=dict)  # node -> why, from scontrol show node
+
+    def job_of(self, node: str) -> int | None:
+        return next((j.job for j in self.jobs if node in j.nodes), None)
+
+    def why_not(self, node: str) -> str | None:
+        """Why ``node`` has no running allocation (drained before, not granted), else None."""
+        if node in self.unusable:
+            return self.unusable[node]
+        job = next((j for j in self.jobs if node in j.nodes), None)
+        if job is None:
+            return "not in any of the run's allocations"
+        return job.why_not if job.job is None else None
+
+    def to_json(self) -> dict:
+        return {"options": {**asdict(self.options), "extra": list(self.options.extra)},
+                "jobs": [{"job": j.job, "nodes": list(j.nodes), "why_not": j.why_not} for j in self.jobs],
+                "unusable": dict(self.unusable)}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> SlurmSoak:
+        opts = dict(doc["options"])
+        opts["extra"] = tuple(opts.get("extra", ()))
+        return cls(SlurmOptions(**opts), tuple(SlurmJob(j["job"], tuple(j["nodes"]), j.get("why_not"))
+                                               for j in doc["jobs"]), dict(doc.get("unusable", {})))
 
 
 @dataclass(frozen=True)
@@ -57,6 +102,7 @@ class SoakPlan:
     builtin_model: str | None = None
     poll_s: float = POLL_S
     created: float = field(default_factory=time.time)
+    slurm: SlurmSoak | None = None  # soak --slurm: the agents run as srun tasks, one step per allocation
 
     @property
     def run_dir(self) -> Path:
@@ -66,7 +112,15 @@ class SoakPlan:
     def node_python(self) -> str:
         """The interpreter of the node-side commands: ``python`` when given; else python3 on
         the nodes, and this interpreter when the soak runs on this machine."""
+        if self.slurm is not None:
+            return self.python or self.slurm.options.node_python
         return self.python or (sys.executable if not self.hosts else "python3")
+
+    def node_subdir(self, host: str) -> str:
+        """Where under ``node_dir`` a node keeps this run's files. Under Slurm the node's name
+        is part of it: srun hands every task the same $HOME, which is often one shared
+        directory for the whole cluster."""
+        return f"{self.run_id}/{host}" if self.slurm is not None else self.run_id
 
     def to_json(self) -> dict:
         ssh = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.ssh).items()}
@@ -74,7 +128,7 @@ class SoakPlan:
                 "interval_s": self.interval_s, "hosts": [asdict(h) for h in self.hosts],
                 "local_name": self.local_name, "ssh": ssh, "python": self.python, "node_dir": self.node_dir,
                 "agent_args": list(self.agent_args), "builtin_model": self.builtin_model, "poll_s": self.poll_s,
-                "created": self.created}
+                "created": self.created, "slurm": self.slurm.to_json() if self.slurm is not None else None}
 
     @classmethod
     def from_json(cls, doc: dict, out: Path) -> SoakPlan:
@@ -84,7 +138,8 @@ class SoakPlan:
                    interval_s=doc["interval_s"], hosts=tuple(Host(**h) for h in doc["hosts"]),
                    local_name=doc["local_name"], ssh=SshOptions(**ssh), python=doc["python"],
                    node_dir=doc["node_dir"], agent_args=tuple(doc["agent_args"]),
-                   builtin_model=doc.get("builtin_model"), poll_s=doc["poll_s"], created=doc["created"])
+                   builtin_model=doc.get("builtin_model"), poll_s=doc["poll_s"], created=doc["created"],
+                   slurm=SlurmSoak.from_json(doc["slurm"]) if doc.get("slurm") else None)
 
 
 def run_json_path(out: Path, run_id: str) -> Path:
@@ -132,7 +187,8 @@ def _bad_plan_field(plan: SoakPlan) -> str | None:
                   plan.run_id).name and plan.run_id not in ("", ".", "..")),
               ("engine", isinstance(plan.engine, str)), ("node_dir", isinstance(plan.node_dir, str)),
               ("hosts", all(isinstance(h.name, str) for h in plan.hosts)),
-              ("agent_args", all(isinstance(a, str) for a in plan.agent_args))]
+              ("agent_args", all(isinstance(a, str) for a in plan.agent_args)),
+              ("slurm", plan.slurm is None or all(j.job is None or isinstance(j.job, int) for j in plan.slurm.jobs))]
     return next((f"{name!r} has a value no soak run writes" for name, ok in checks if not ok), None)
 
 

@@ -23,6 +23,7 @@ from rich.console import Console
 
 from preflight.collect.local import LocalNode
 from preflight.collect.node import Node
+from preflight.collect.slurm import SlurmNode, UnavailableNode
 from preflight.collect.ssh import SshNode
 from preflight.soak.plan import MODELS_DIR, NODE_SOURCES, SoakPlan, write_plan
 
@@ -62,6 +63,11 @@ class Started:
 def make_nodes(plan: SoakPlan) -> list[Node]:
     if not plan.hosts:
         return [LocalNode(plan.local_name)]
+    if plan.slurm is not None:
+        # Under Slurm a node is reached by a step inside its allocation; a node outside any
+        # (drained before the run, not granted) is never asked, or srun would queue a new job.
+        return [UnavailableNode(h.name, why) if (why := plan.slurm.why_not(h.name)) else
+                SlurmNode(h.name, plan.slurm.job_of(h.name)) for h in plan.hosts]
     return [SshNode(h, plan.ssh) for h in plan.hosts]
 
 

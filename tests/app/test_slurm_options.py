@@ -14,7 +14,9 @@ from preflight.app.cli import main
     (["--slurm", "--local"], "--slurm and --local: choose one"),
     (["--slurm", "-w", "a", "-H", "b"], "-w and --hosts/-H both name the nodes: choose one"),
     (["--slurm", "-H", "root@gpu01"], "--slurm: nodes are Slurm node names, without user@ or :port (root@gpu01)"),
-    (["--slurm", "-w", "gpu01", "--nccl-multinode"], "--nccl-multinode does not run under --slurm yet"),
+    # Under --slurm it runs as srun steps (tests/e2e/test_e2e_slurm_multinode.py), but not in a --quick run.
+    (["--slurm", "-w", "gpu01", "--nccl-multinode"],
+     "--nccl-multinode runs across --hosts and is an active test: not with --quick"),
 ])
 def test_options_that_cannot_go_together(tmp_path, capsys, args, said):
     assert main(["run", "--quick", "--out", str(tmp_path / "r"), "-q", *args]) == 2

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from preflight.parse.slurm import first_error, granted_job, is_input_error, parse_show_node, parse_step_stderr
+from preflight.parse.slurm import (
+    first_error,
+    granted_job,
+    is_input_error,
+    parse_show_node,
+    parse_step_stderr,
+    task_exit_codes,
+)
 
 FIX = Path(__file__).parents[1] / "fixtures" / "slurm"
 
@@ -103,3 +110,11 @@ def test_an_allocation_is_granted_with_a_job_id():
 def test_slurms_final_word_and_whether_the_request_itself_was_wrong(name, said, usage):
     assert first_error(read(name)) == said
     assert is_input_error(said) is usage
+
+
+def test_the_task_whose_limit_fired_is_seen_behind_the_peers_srun_terminated():
+    text = read("srun-timeout-kill-on-bad-exit.stderr")  # srun itself exited 143
+    assert task_exit_codes(text) == [124]
+    assert parse_step_stderr(text).task_ended == {"gpu01": "Exited with exit code 124", "gpu02": "Terminated"}
+    assert task_exit_codes(read("srun-task-exit-code.stderr")) == [3]
+    assert task_exit_codes(read("srun-time-limit.stderr")) == []

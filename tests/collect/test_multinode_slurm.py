@@ -1,0 +1,86 @@
+"""The multi-node all_reduce as srun steps (preflight/collect/multinode_slurm.py), without a
+cluster: the step's command line, the saved output and how it reads back. Outputs are the
+derivations of tests/derived.py (mpirun_all_reduce: the real H200 run's header and the real
+A3 Ultra table) without mpirun's tags, as a task under srun prints them; srun's own lines are
+the real captures of tests/fixtures/slurm. The run on the real Slurm cluster is
+tests/e2e/test_e2e_slurm_multinode.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from derived import mpirun_all_reduce
+
+from preflight.collect import multinode_slurm
+from preflight.collect.multinode import PROBE_FULL, PROBE_INTER, MultinodeOptions
+from preflight.collect.node import CommandResult
+from preflight.evidence.bundle import FLEET_HOST
+
+FIX = Path(__file__).parents[1] / "fixtures" / "slurm"
+
+
+def untagged(text: str) -> str:
+    return re.sub(r"^\[1,\d+\]<std(?:out|err)>:", "", text, flags=re.MULTILINE)
+
+
+def test_the_step_is_one_task_per_gpu_with_the_split_and_the_limit_on_the_nodes():
+    opts = MultinodeOptions(max_bytes=8 << 30, timeout_s=300, tests_dir="/opt/nccl-tests/build/")
+    argv = multinode_slurm.step_argv(7, ["gpu02", "gpu01"], 8, opts, "DIV 8")
+    assert argv == ["srun", "--jobid=7", "--nodes=2", "--ntasks=16", "--ntasks-per-node=8", "--nodelist=gpu[01-02]",
+                    "--kill-on-bad-exit=1", "env", "NCCL_DEBUG=WARN", "NCCL_TESTS_SPLIT=DIV 8", "timeout", "-k", "10",
+                    "300", "/opt/nccl-tests/build/all_reduce_perf", "-b", "8", "-e", str(8 << 30), "-f", "2", "-g", "1",
+                    "-c", "1"]
+    assert "NCCL_TESTS_SPLIT=" not in " ".join(multinode_slurm.step_argv(7, ["gpu01", "gpu02"], 8, opts))
+
+
+def test_ranks_follow_slurms_sorted_node_list():
+    assert multinode_slurm.rank_order(["gpu10", "gpu09", "gpu02"]) == ["gpu02", "gpu09", "gpu10"]
+
+
+def run_one(monkeypatch, result: CommandResult, members=("gpu02", "gpu01"), probe=PROBE_FULL):
+    monkeypatch.setattr(multinode_slurm, "slurm", lambda argv, timeout: result)
+    saved = []
+    one = multinode_slurm.one_step(7, 8, MultinodeOptions(timeout_s=5), saved.append, FLEET_HOST)
+    run = one(probe, list(members))
+    return run, saved[0]
+
+
+def result(stdout: bytes | None, stderr: str = "", exit_code: int | None = 0, timed_out: bool = False) -> CommandResult:
+    return CommandResult(("srun",), stdout, stderr, exit_code, "2026-12-01T00:00:00+00:00", 41.7, timed_out)
+
+
+def test_a_passing_step_reads_back_as_the_mpirun_stage_does(monkeypatch):
+    run, saved = run_one(monkeypatch, result(untagged(mpirun_all_reduce(["gpu01", "gpu02"])).encode()))
+    assert run.state == "passed" and run.ok and run.hosts == ("gpu01", "gpu02") and run.slots == 8
+    text = saved.text
+    assert text.startswith("# preflight: tool=srun gpus=8 repetitions=1\n# preflight: host gpu01 slots=8\n")
+    assert text.endswith("# preflight: repetition 1 exit=0 seconds=41\n")
+    assert saved.host == FLEET_HOST and saved.command[0] == "srun" and saved.exit_code == 0
+
+
+def test_a_rank_that_failed_is_a_failed_run_with_sruns_words(monkeypatch):
+    said = (FIX / "srun-task-exit-code.stderr").read_text()  # real: "srun: error: n1: task 0: Exited with exit code 3"
+    run, saved = run_one(monkeypatch, result(untagged(mpirun_all_reduce(["gpu01", "gpu02"], rows=2)).encode(), said, 3),
+                         probe=PROBE_INTER)
+    assert run.state == "failed" and not run.ok
+    assert said.strip() in saved.text and "# preflight: repetition 1 exit=3" in saved.text
+
+
+def test_a_step_the_controller_had_to_stop_is_a_hang(monkeypatch):
+    run, saved = run_one(monkeypatch, result(b"", "", None, timed_out=True))
+    assert run.state == "hung"
+    assert "# preflight: repetition" not in saved.text
+
+
+def test_all_reduce_perf_missing_on_the_nodes_is_not_run(monkeypatch):
+    # timeout(1) exits 127 when it cannot run the program; srun passes the highest exit on.
+    run, saved = run_one(monkeypatch, result(b"", "timeout: failed to run command 'all_reduce_perf': No such file "
+                                                  "or directory\n", 127))
+    assert run.state == "not-run" and saved.tool_missing
+
+
+def test_a_rank_whose_limit_fired_is_a_hang_though_srun_returns_its_peers_143(monkeypatch):
+    said = (FIX / "srun-timeout-kill-on-bad-exit.stderr").read_text()  # real; srun exited 143
+    run, saved = run_one(monkeypatch, result(b"", said, 143))
+    assert run.state == "hung" and "# preflight: repetition 1 exit=124" in saved.text

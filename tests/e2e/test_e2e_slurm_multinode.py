@@ -1,0 +1,110 @@
+"""`preflight run --slurm --nccl-multinode` on the real Slurm 22.05 cluster (tests/slurmcluster.py):
+the multi-node all_reduce as srun steps, one task per GPU, instead of mpirun from a launcher.
+
+The fleet and its fault are those of tests/e2e/test_e2e_multinode.py (over SSH), on one-GPU
+nodes so that one srun task runs per node: each node's own all_reduce is the real one-GPU H200
+run (corpus h200-vm/all_reduce_1gpu.txt). all_reduce_perf on the nodes is a shim that replays,
+call after call, what each rank of each run prints: rank 0 (the first node of the sorted
+node list) the table of tests/derived.py's mpirun_all_reduce without mpirun's tags (srun adds
+none), the other ranks nothing but a real NCCL WARN line where one is expected. The full run
+hangs past its limit, the intra-node split passes, the inter-node split fails with gpu02's
+error-12 line; the re-pairing (pairs of one round run as concurrent steps) must blame gpu03
+alone. Real MPI cannot run here (no GPUs, no PMI plugin in the test cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from derived import H200_RUN, h200_node_xml, mpirun_all_reduce, tagged_warn
+from simcluster import Reply, SimHost
+from slurmcluster import slurm_fleet
+
+from preflight.app.cli import main
+
+pytestmark = pytest.mark.root
+
+HOSTS = ["gpu01", "gpu02", "gpu03", "gpu04"]
+MAX = 1 << 30
+STEP = f"all_reduce_perf -b 8 -e {MAX} -f 2 -g 1 -c 1"  # what every task runs (under env and timeout)
+HANG = Reply(sleep_s=60)
+QUIET = Reply("")
+
+
+def untagged(text: str) -> str:
+    """mpirun --tag-output's "[1,R]<stdout>:" off every line: the same lines as a task under srun prints them."""
+    return re.sub(r"^\[1,\d+\]<std(?:out|err)>:", "", text, flags=re.MULTILINE)
+
+
+def table(hosts: list[str], **kwargs) -> str:
+    return untagged(mpirun_all_reduce(hosts, gpus=1, **kwargs))
+
+
+def warn(corpus_file: str, host: str) -> str:
+    return untagged(tagged_warn(corpus_file, host, 0))
+
+
+# Per node, the replies of its task in each run it takes part in, in the order the stage runs them:
+# full, intra, inter, then its pairs (ranks follow the sorted node list: gpu01 is rank 0 of its pairs).
+# A failing run is rank 0's table cut short plus the erring rank's real WARN line, every task
+# exiting 0: a task that exits non-zero makes srun terminate the step (--kill-on-bad-exit), maybe
+# before a slower node's task has started, and that node's replay would then fall one call
+# behind. (A rank's non-zero exit is tested on srun's real output in tests/collect/test_multinode_slurm.py.)
+STEPS = {
+    "gpu01": [HANG, Reply(table(HOSTS)), Reply(table(HOSTS, rows=2)),
+              Reply(table(["gpu01", "gpu02"])), Reply(table(["gpu01", "gpu03"], rows=1))],
+    "gpu02": [HANG, QUIET, Reply(warn("azure-ib-error12-retry-exceeded-nccl-warn.txt", "gpu02")),
+              QUIET, Reply(table(["gpu02", "gpu04"]))],
+    "gpu03": [HANG, QUIET, QUIET, Reply(warn("hgx-nccl2.27-ibv-modify-qp-110-timeout-init-rtr-timestamped.txt", "gpu03"))],
+    "gpu04": [HANG, QUIET, QUIET, QUIET],
+}
+
+
+def node(name: str) -> SimHost:
+    return SimHost(name, {
+        "nvidia-smi -L": Reply("GPU 0: NVIDIA H200 (UUID: GPU-88c58391-6001-919c-8431-20f011c20000)\n"),
+        "nvidia-smi -q -x": Reply(h200_node_xml(1)),
+        f"all_reduce_perf -b 8 -e {MAX} -f 2 -g 1 -c 1 -n 20": Reply(H200_RUN),
+        STEP: STEPS[name],
+    })
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with slurm_fleet([node(h) for h in HOSTS], tmp_path_factory.mktemp("slurm")) as slurm:
+        yield slurm
+
+
+def test_multinode_all_reduce_through_srun_names_the_culprit(cluster, tmp_path):
+    out = tmp_path / "reports"
+    code = main(["run", "--slurm", "-w", "gpu[01-04]", "--out", str(out), "--run-id", "r", "-q",
+                 "--checks", "nccl-multinode", "--nccl-multinode", "--nccl-reps", "1",
+                 "--nccl-max-bytes", str(MAX), "--nccl-timeout", "5"])
+    report = json.loads((out / "r" / "report.json").read_text())
+    assert code == 1
+    assert {h: v["status"] for h, v in report["hosts"].items()} == {
+        "gpu01": "pass", "gpu02": "pass", "gpu03": "fail", "gpu04": "pass"}
+    assert {d["cause"]: d["hosts"] for d in report["diagnoses"]} == {
+        "nccl-pair-failed": ["gpu03"], "nccl-ib-qp-timeout": ["gpu03"]}
+    fleet = next(f for f in report["findings"] if f["check"] == "nccl-multinode" and f["host"] is None)
+    assert fleet["status"] == "fail" and fleet["summary"].startswith("isolated by re-pairing: gpu03")
+    assert "all hosts (4 hosts x 1 GPUs): hung" in fleet["summary"]
+    saved = out / "r" / "bundle" / "hosts" / "fleet-"
+    assert sorted(p.name for p in saved.glob("*.txt")) == [
+        "nccl-multinode-inter.txt", "nccl-multinode-intra.txt", "nccl-multinode.txt",
+        "nccl-pair-gpu02-gpu01.txt", "nccl-pair-gpu03-gpu01.txt", "nccl-pair-gpu04-gpu02.txt"]
+    # The hung run: stopped on the nodes by timeout, srun passing its exit on.
+    assert "# preflight: repetition 1 exit=124" in (saved / "nccl-multinode.txt").read_text()
+    # Each run is one step of one task per GPU, the split on the task's own command line.
+    inter = json.loads((saved / "nccl-multinode-inter.json").read_text())["command"]
+    assert inter[:7] == ["srun", inter[1], "--nodes=4", "--ntasks=4", "--ntasks-per-node=1",
+                         "--nodelist=gpu[01-04]", "--kill-on-bad-exit=1"]
+    assert inter[7:10] == ["env", "NCCL_DEBUG=WARN", "NCCL_TESTS_SPLIT=MOD 1"]
+    pair = (saved / "nccl-pair-gpu03-gpu01.txt").read_text()
+    assert pair.startswith("# preflight: tool=srun gpus=1 repetitions=1\n"
+                           "# preflight: host gpu01 slots=1\n# preflight: host gpu03 slots=1\n")
+    # Its allocation (and the probes') released; analyze of the bundle reaches the same verdicts.
+    cluster.wait_idle()
+    assert main(["analyze", str(out / "r"), "--out", str(tmp_path / "again"), "-q", "--checks", "nccl-multinode"]) == 1
