@@ -65,7 +65,8 @@ except ImportError:  # a shipped copy, run from a directory holding its siblings
 ENGINES = ("burn", "none", "vllm", "endpoint")
 SERVING_ENGINES = ("vllm", "endpoint")  # from vllm_engine.py beside this file
 # What those two engines need beside this file (vllm_engine.py imports the rest).
-SERVING_FILES = ("vllm_engine.py", "vllm_log.py", "loadgen.py", "loadgen_http.py", "loadgen_windows.py")
+SERVING_FILES = ("vllm_engine.py", "vllm_log.py", "loadgen.py", "loadgen_bench.py", "loadgen_http.py",
+                 "loadgen_windows.py")
 # Where the controller puts the agent's siblings and models/; resolved now, since a
 # --detach-ed agent changes its directory to /.
 HERE = Path(__file__).resolve().parent

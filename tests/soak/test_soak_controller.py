@@ -44,7 +44,7 @@ from preflight.soak.ship import _START, NODE_FILES, agent_bundle
 
 NODE = AGENT.parent
 SHIPPED = ["agent.py", "records.py", "sampler.py", "burn.py", "vllm_engine.py", "vllm_log.py", "loadgen.py",
-           "loadgen_http.py", "loadgen_windows.py"]
+           "loadgen_bench.py", "loadgen_http.py", "loadgen_windows.py"]
 
 
 def local_plan(tmp_path: Path, seconds: float, run_id: str = "run1") -> SoakPlan:
