@@ -30,7 +30,7 @@ series when the node has none; figures.py defines them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from preflight.parse.smi_records import reasons_from_bitmask
 from preflight.soak.context import SoakContext, soak_context
 from preflight.soak.data import SoakData, read_soak
 from preflight.soak.figures import DEFAULT_THRESHOLDS, GpuSummary, MetricTrend, Thresholds, node_throughput
+from preflight.soak.slo import run_rates
 
 # The order findings are reported in, which the soak's report has always had: host by host,
 # each host's in check order, except that a host without GPU telemetry starts with its
@@ -66,8 +67,15 @@ class HostSoak:
     throughput_baseline: float | None
     throughput_final: float | None
     throughput_decay: float | None
+    # A served model's (added keys: present only where the soak has them).
+    requests_per_s: float | None = None
+    goodput_requests_per_s: float | None = None  # requests within every --goodput limit, per second
+    sweep: dict[str, Any] | None = None  # levels, knee, recommended (sweep.py)
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {k: v for k, v in (("requests_per_s", self.requests_per_s),
+                                   ("goodput_requests_per_s", self.goodput_requests_per_s),
+                                   ("sweep", self.sweep)) if v is not None}
         return {
             "engine": self.engine,
             "duration_s": self.duration_s,
@@ -77,6 +85,7 @@ class HostSoak:
             "throughput_baseline": self.throughput_baseline,
             "throughput_final": self.throughput_final,
             "throughput_decay": self.throughput_decay,
+            **extra,
         }
 
 
@@ -151,12 +160,29 @@ def soak_section(soak: SoakContext) -> dict[str, HostSoak]:
     sections = {}
     for host in soak.hosts:
         if soak.gpus[host]:
-            sections[host] = host_section(soak.engine, soak.gpus[host], soak.trends[host])
+            section = host_section(soak.engine, soak.gpus[host], soak.trends[host])
         elif host in soak.no_telemetry:
-            sections[host] = throughput_only_section(soak.engine, soak.throughput[host], soak.trends[host])
+            section = throughput_only_section(soak.engine, soak.throughput[host], soak.trends[host])
         else:
-            sections[host] = HostSoak(soak.engine, 0.0, None, None, (), None, None, None)
+            section = HostSoak(soak.engine, 0.0, None, None, (), None, None, None)
+        sections[host] = replace(section, **serving_fields(soak, host))
     return sections
+
+
+def serving_fields(soak: SoakContext, host: str) -> dict[str, Any]:
+    """A served model's run rates and, for a sweep, its levels and knee."""
+    rows = soak.throughput[host]
+    if soak.engine == "burn" or rows.empty:
+        return {}
+    rates = run_rates(rows)
+    out: dict[str, Any] = {"requests_per_s": rates.get("requests_per_s"),
+                           "goodput_requests_per_s": rates.get("goodput_requests_per_s")}
+    swept = soak.sweep_of(host)
+    if swept is not None:
+        levels, knee = swept
+        out["sweep"] = {"levels": [lv.to_dict() for lv in levels], "knee": knee.knee,
+                        "recommended": knee.recommended, "reason": knee.reason}
+    return out
 
 
 def host_section(engine: str, gpus: Sequence[GpuSummary], trends: Sequence[MetricTrend]) -> HostSoak:

@@ -25,12 +25,15 @@ DRIFT_FACTOR = 2.0
 HOLD_FRACTION = 0.9
 
 def _windows(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per window (time): its metrics as columns, and its error rate."""
+    """One row per window (time): its metrics as columns, its length (``span_s``: rows are
+    stamped at a window's end; the first is taken as long as the second) and its error rate."""
     node = rows[rows["gpu"].isna()] if "gpu" in rows else rows
     wide = node.pivot_table(index="time", columns="metric", values="value", aggfunc="last").sort_index()
-    if "errors" in wide and "requests_per_s" in wide:
-        spans = wide.index.to_series().diff()
+    spans = wide.index.to_series().diff()
+    if len(spans):
         spans.iloc[0] = spans.iloc[1] if len(spans) > 1 else float("nan")
+    wide["span_s"] = spans
+    if "errors" in wide and "requests_per_s" in wide:
         done = wide["requests_per_s"] * spans
         ended = done + wide["errors"]
         wide["error_rate"] = (wide["errors"] / ended).where(ended > 0)
@@ -74,8 +77,33 @@ def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float)
         if verdict is Status.PASS:
             verdict = Status.WARN
     parts = broken + ([drift] if drift else []) + notes
-    text = ("; ".join(parts) + "; " if parts else ("every SLO held; " if slos else "")) + summary
+    text = ("; ".join(parts) + "; " if parts else ("every SLO held; " if slos else "")) + _goodput_text(wide) + summary
+    data.update(run_rates_of(wide))
     return Outcome(verdict, text, tuple(symptoms), tuple(evidence), data, host)
+
+
+def run_rates(rows: pd.DataFrame) -> dict[str, float]:
+    """Requests/s and goodput (requests within every --goodput limit, per second) over the run:
+    each window's rate weighted by its length; a metric no window has is left out."""
+    return run_rates_of(_windows(rows))
+
+
+def _goodput_text(wide: pd.DataFrame) -> str:
+    rates = run_rates_of(wide)
+    if "goodput_requests_per_s" not in rates:
+        return ""
+    good, done = rates["goodput_requests_per_s"], rates.get("requests_per_s")
+    share = f" ({good / done:.0%} of {done:.2f} req/s completed)" if done else ""
+    return f"goodput {good:.2f} req/s{share}; "
+
+
+def run_rates_of(wide: pd.DataFrame) -> dict[str, float]:
+    out = {}
+    for metric in ("requests_per_s", "goodput_requests_per_s"):
+        both = wide[[metric, "span_s"]].dropna() if metric in wide else pd.DataFrame()
+        if len(both) and both["span_s"].sum() > 0:
+            out[metric] = round(float((both[metric] * both["span_s"]).sum() / both["span_s"].sum()), 4)
+    return out
 
 
 def _percentiles(wide: pd.DataFrame) -> str:

@@ -21,7 +21,7 @@ from preflight.soak.data import SoakMeta, write_soak
 from preflight.soak.judge import judge_soak
 
 SOAK_CHECKS = ["soak-thermal", "soak-power", "soak-throughput", "soak-outliers", "soak-telemetry", "soak-memory",
-               "soak-latency", "soak-sdc", "soak-vllm-server"]
+               "soak-latency", "soak-sweep", "soak-sdc", "soak-vllm-server"]
 
 
 def _real_soak(tmp_path, hosts=("h200-vm",), meta=None, events: str | None = None):
@@ -50,9 +50,9 @@ def test_preflight_checks_lists_them(capsys):
 def test_the_analysis_names_the_checks_it_ran(tmp_path):
     analysis = judge_soak(_real_soak(tmp_path), load_knowledge())
     assert [c.id for c in analysis.checks] == SOAK_CHECKS
-    # A burn soak: no serving windows (soak-latency), no server log (soak-vllm-server).
-    assert [f.check for f in analysis.findings] == [c for c in SOAK_CHECKS if c not in ("soak-latency",
-                                                                                          "soak-vllm-server")]
+    # A burn soak: no serving windows (soak-latency), no sweep, no server log (soak-vllm-server).
+    assert [f.check for f in analysis.findings] == [c for c in SOAK_CHECKS if c not in (
+        "soak-latency", "soak-sweep", "soak-vllm-server")]
 
 
 def test_findings_come_host_by_host_then_the_server_logs_in_event_order(tmp_path):
@@ -68,8 +68,8 @@ def test_findings_come_host_by_host_then_the_server_logs_in_event_order(tmp_path
                                                       for line in thr.splitlines()[1:] if ",gpu01," in line))
     findings = judge_soak(soak, load_knowledge()).findings
     # A vllm soak: no result checks (soak-sdc); the real samples' rows have no serving windows, so
-    # soak-latency skips; the server logs come last.
-    per_host = [c for c in SOAK_CHECKS if c not in ("soak-sdc", "soak-vllm-server")]
+    # soak-latency skips, and it is not a sweep (no soak-sweep); the server logs come last.
+    per_host = [c for c in SOAK_CHECKS if c not in ("soak-sdc", "soak-sweep", "soak-vllm-server")]
     assert [(f.check, f.host) for f in findings] == (
         [(c, "gpu01") for c in per_host] + [(c, "gpu02") for c in per_host]
         + [("soak-telemetry", "gpu03"), ("soak-telemetry", "cpu9"), ("soak-throughput", "cpu9"),
@@ -89,9 +89,8 @@ def test_a_soak_check_that_raises_is_an_error_finding_and_the_others_still_run(t
     [crash] = [f for f in analysis.findings if f.check == "soak-broken"]
     assert (crash.host, crash.status, crash.symptoms) == (None, Status.ERROR, ("check-crashed",))
     assert crash.summary == "check crashed: RuntimeError: no such figure (tests/soak/test_soak_checks.py: _boom())"
-    assert [f.check for f in analysis.findings] == [c for c in SOAK_CHECKS if c not in ("soak-latency",
-                                                                                          "soak-vllm-server")] \
-        + ["soak-broken"]
+    assert [f.check for f in analysis.findings] == [c for c in SOAK_CHECKS if c not in (
+        "soak-latency", "soak-sweep", "soak-vllm-server")] + ["soak-broken"]
     assert analysis.failed and analysis.hosts["h200-vm"].status == "pass"
 
 
