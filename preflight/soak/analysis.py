@@ -94,6 +94,7 @@ class SoakResult:
     hosts: Mapping[str, HostSoak]
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = ()
+    sweeps: Mapping[str, tuple] | None = None  # host -> (levels, knee) of a swept host (sweep.py)
 
     def soak_section(self) -> dict[str, dict[str, Any]]:
         """The value of ``report.json``'s ``"soak"`` key."""
@@ -123,7 +124,8 @@ def analyze(data: SoakData, *, thresholds: Thresholds = DEFAULT_THRESHOLDS,
     platform profile, say)."""
     soak = soak_context(data, thresholds, slowdown_temperature_c)
     findings = run_checks(soak_checks() if checks is None else checks, soak)
-    return SoakResult(soak_section(soak), tuple(findings), soak.notes)
+    sweeps = {h: soak.sweep_of(h) for h in soak.swept_hosts}
+    return SoakResult(soak_section(soak), tuple(findings), soak.notes, sweeps)
 
 
 def run_checks(checks: Sequence[Check], soak: SoakContext) -> list[Finding]:
