@@ -43,9 +43,10 @@ GPU_IDLE = 0x1
 
 PRIMARY_METRICS = ("output_tokens_per_s", "tflops", "gpu_tflops", "hbm_gbps", "gpu_hbm_gbps")
 # The load generator's per-window figures that are not rates of work done (loadgen_windows.py;
-# its latency percentiles end in _ms).
+# its latency percentiles end in _ms). Goodput is a rate, but of requests within the latency
+# limits: soak-latency and soak-sweep judge it with the latencies, not as a throughput trend.
 NOT_THROUGHPUT = frozenset({"errors", "in_flight", "requests_running", "requests_waiting", "kv_cache_usage",
-                            "preemptions"})
+                            "preemptions", "concurrency", "goodput_requests_per_s"})
 
 
 def is_throughput(metric: str) -> bool:
