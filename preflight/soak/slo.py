@@ -24,7 +24,7 @@ from preflight.soak.slo_spec import LATENCY_METRICS, Slo
 DRIFT_FACTOR = 2.0
 HOLD_FRACTION = 0.9
 
-def _windows(rows: pd.DataFrame) -> pd.DataFrame:
+def windows(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per window (time): its metrics as columns, its length (``span_s``: rows are
     stamped at a window's end; the first is taken as long as the second) and its error rate."""
     node = rows[rows["gpu"].isna()] if "gpu" in rows else rows
@@ -42,7 +42,7 @@ def _windows(rows: pd.DataFrame) -> pd.DataFrame:
 
 def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float) -> Outcome:
     """``rows``: the host's throughput.csv rows."""
-    wide = _windows(rows)
+    wide = windows(rows)
     if "output_tokens_per_s" not in wide or "ttft_p99_ms" not in wide:
         return Outcome(Status.SKIP, "no serving windows (TTFT, TPOT): a vllm or endpoint soak has them", host=host)
     t0 = wide.index.min()
@@ -85,7 +85,7 @@ def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float)
 def run_rates(rows: pd.DataFrame) -> dict[str, float]:
     """Requests/s and goodput (requests within every --goodput limit, per second) over the run:
     each window's rate weighted by its length; a metric no window has is left out."""
-    return run_rates_of(_windows(rows))
+    return run_rates_of(windows(rows))
 
 
 def _goodput_text(wide: pd.DataFrame) -> str:

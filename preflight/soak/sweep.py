@@ -39,6 +39,7 @@ from preflight.check import Outcome
 from preflight.contracts import THROUGHPUT_CSV
 from preflight.model import Evidence, Status
 from preflight.soak import fmt
+from preflight.soak.slo import windows
 from preflight.soak.slo_spec import LATENCY_METRICS, Slo
 
 KNEE_TOKENS_GROWTH = 0.10
@@ -84,8 +85,7 @@ def is_sweep(rows: pd.DataFrame) -> bool:
 
 def levels(rows: pd.DataFrame, slos: Sequence[Slo] = (), budget: float = 0.05) -> list[Level]:
     """Per level, in the order the sweep ran them; ``rows``: one host's throughput.csv rows."""
-    node = rows[rows["gpu"].isna()] if "gpu" in rows else rows
-    wide = node.pivot_table(index="time", columns="metric", values="value", aggfunc="last").sort_index()
+    wide = windows(rows)  # one row a window, with its error rate (slo.py)
     if LEVEL_METRIC not in wide or "output_tokens_per_s" not in wide:
         return []
     wide = wide[wide[LEVEL_METRIC].notna()]
@@ -101,12 +101,8 @@ def levels(rows: pd.DataFrame, slos: Sequence[Slo] = (), budget: float = 0.05) -
 
         broken = []
         for slo in slos:
-            column = LATENCY_METRICS.get(slo.key)
+            column = LATENCY_METRICS.get(slo.key, slo.key)  # error_rate: its own column
             values = settled[column].dropna() if column in settled else pd.Series(dtype=float)
-            if slo.key == "error_rate":
-                done = settled.get("requests_per_s", pd.Series(dtype=float)).fillna(0)
-                errs = settled.get("errors", pd.Series(dtype=float)).fillna(0)
-                values = (errs / (errs + done)).where(errs + done > 0).dropna()
             if not values.empty and (values > slo.limit).mean() > budget:
                 broken.append(slo.text)
         out.append(Level(int(w[LEVEL_METRIC].iloc[0]), len(settled), med("output_tokens_per_s") or 0.0,

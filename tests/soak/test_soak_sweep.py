@@ -165,3 +165,19 @@ def test_each_levels_result_is_written_in_vllm_bench_serves_shape(tmp_path):
     assert doc["request_goodput"] == pytest.approx(doc["request_throughput"])  # every request within both limits
     assert doc["p99_ttft_ms"] == pytest.approx(931.154, abs=1e-3) and doc["total_output_tokens"] == 205 * 128
     assert (out / "plots" / "sweep-vm.png").stat().st_size > 10_000
+
+
+def test_a_level_with_failed_requests_is_not_recommended():
+    rows = _rows().copy()
+    assert [lv.slo_broken for lv in sweep.levels(rows, parse_slos(["error_rate=0.1%"]), 0.05)] == [()] * 4
+    # Three requests of the last window at 32 in flight failed (its errors row, as the load generator counts them).
+    hit = (rows["metric"] == "errors") & (rows["time"].round(3) == 1796143682.375)
+    assert hit.sum() == 1
+    rows.loc[hit, "value"] = 3
+    levels = sweep.levels(rows, parse_slos(["error_rate=0.1%"]), 0.05)
+    assert [lv.errors for lv in levels] == [0, 3, 0, 0] and levels[1].slo_broken == ("error_rate=0.1%",)
+    knee = sweep.find_knee(levels)
+    assert (knee.knee, knee.recommended) == (128, 8) and knee.reason.endswith("at 32 SLO error_rate=0.1% broken")
+    # Without the SLO the failed requests alone hold it back.
+    knee = sweep.find_knee(sweep.levels(rows))
+    assert knee.recommended == 8 and knee.reason.endswith("at 32 3 failed request(s)")
