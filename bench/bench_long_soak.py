@@ -94,8 +94,8 @@ def analyse(soak: Path, reports: Path) -> tuple[float, float, int]:
             "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rc)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"analyze failed: {proc.stderr[-2000:]}")
+    if proc.returncode != 0 or len(proc.stdout.split()) < 3:
+        raise SystemExit(f"analyze failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     wall, rss_kib, rc = proc.stdout.split()[-3:]
     return float(wall), int(rss_kib) / 1024, int(rc)
 

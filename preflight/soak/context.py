@@ -122,7 +122,8 @@ class SoakContext:
             # Latency grows with the concurrency by design: judged per level, SLOs included.
             return Outcome(Status.SKIP, "a concurrency sweep: latency and SLOs are judged level by level "
                            "(soak-sweep)", host=host)
-        return slo.latency(host, self.throughput[host], self.thresholds.slos, self.thresholds.slo_budget)
+        return slo.latency(host, self.throughput[host], self.thresholds.slos, self.thresholds.slo_budget,
+                           self.telemetry.get(host), self.thresholds)
 
     @property
     def swept_hosts(self) -> tuple[str, ...]:

@@ -33,7 +33,6 @@ import pandas as pd
 
 from preflight.contracts import SLOWDOWN_COLUMN
 from preflight.soak import fmt
-from preflight.soak.sweep import KNEE_TOKENS_GROWTH, KNEE_TTFT_GROWTH, SWEEP_OUTLIER_FRACTION
 
 SW_POWER_CAP = 0x4
 HW_SLOWDOWN = 0x8
@@ -80,9 +79,9 @@ class Thresholds:
     slo_budget: float = 0.05  # share of the windows an SLO may be broken in before it FAILs
     coverage_shortfall: float = 0.05
     # A concurrency sweep's knee and fleet comparison (sweep.py says why these values).
-    knee_tokens_growth: float = KNEE_TOKENS_GROWTH
-    knee_ttft_growth: float = KNEE_TTFT_GROWTH
-    sweep_outlier_fraction: float = SWEEP_OUTLIER_FRACTION
+    knee_tokens_growth: float = 0.10
+    knee_ttft_growth: float = 0.50
+    sweep_outlier_fraction: float = 0.10
     # A decay is the GPUs' when their loaded SM clock fell by at least this share of the decay
     # over the same windows (throughput.py says why).
     decay_clock_share: float = 0.5

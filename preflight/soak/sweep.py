@@ -39,12 +39,14 @@ from preflight.check import Outcome
 from preflight.contracts import THROUGHPUT_CSV
 from preflight.model import Evidence, Status
 from preflight.soak import fmt
+from preflight.soak.figures import DEFAULT_THRESHOLDS
 from preflight.soak.slo import windows
 from preflight.soak.slo_spec import LATENCY_METRICS, Slo
 
-KNEE_TOKENS_GROWTH = 0.10
-KNEE_TTFT_GROWTH = 0.50
-SWEEP_OUTLIER_FRACTION = 0.10
+# Declared once, in figures.Thresholds (the docstring above says why these values).
+KNEE_TOKENS_GROWTH = DEFAULT_THRESHOLDS.knee_tokens_growth
+KNEE_TTFT_GROWTH = DEFAULT_THRESHOLDS.knee_ttft_growth
+SWEEP_OUTLIER_FRACTION = DEFAULT_THRESHOLDS.sweep_outlier_fraction
 FLEET_MIN_HOSTS = 3
 LEVEL_METRIC = "concurrency"
 

@@ -113,12 +113,47 @@ def blame_decay(trend: MetricTrend, host_tele: pd.DataFrame, th: Thresholds) -> 
     under half the decay leaves most of the decay to something else: the server (KV cache,
     preemptions, a memory leak), other processes, the host. Without telemetry over both spans it
     stays ``throughput-decay``, said to be unexplained."""
-    spans = trend.baseline_span, trend.final_span
-    tele = host_tele if trend.gpu is None or host_tele.empty else host_tele[host_tele["gpu"] == trend.gpu]
-    if None in spans or tele.empty:
+    if trend.baseline_span is None or trend.final_span is None:
         return "throughput-decay", "no GPU telemetry over the same windows to tell the GPUs from the software"
+    change = clock_change(host_tele, trend.baseline_span, trend.final_span, trend.gpu, th)
+    if change is None:
+        return "throughput-decay", "no loaded SM clock over the same windows to tell the GPUs from the software"
+    if change.slowed(th.decay_clock_share * (trend.decay or 0.0)):
+        return "throughput-decay", f"the GPUs slowed: {change.text()}, clock-event reasons at the end: {change.reasons}"
+    return "software-slowdown", (f"clocks steady ({change.text()}, no new thermal or power-brake reason): a software "
+                                 f"or serving slowdown, not the GPUs")
+
+
+@dataclass(frozen=True)
+class ClockChange:
+    """The GPUs' loaded SM clock (median) over a first and a last span, and the clock-event
+    reasons of the last that the first did not have."""
+
+    before_mhz: float
+    after_mhz: float
+    new_reasons: int  # thermal, HW slowdown or power brake bits new in the last span
+    reasons: str  # every reason of the last span, named
+
+    @property
+    def drop(self) -> float:
+        return 1.0 - self.after_mhz / self.before_mhz
+
+    def slowed(self, by_at_least: float) -> bool:
+        return bool(self.new_reasons) or self.drop >= by_at_least
+
+    def text(self) -> str:
+        return (f"loaded SM clock {fmt.mhz(self.before_mhz)} at first, {fmt.mhz(self.after_mhz)} at the end, "
+                f"{self.after_mhz / self.before_mhz - 1:+.1%}")
+
+
+def clock_change(host_tele: pd.DataFrame, first: tuple[float, float], last: tuple[float, float],
+                 gpu: int | None, th: Thresholds) -> ClockChange | None:
+    """None without loaded samples in both spans (no telemetry: vLLM on a CPU, say)."""
+    tele = host_tele if gpu is None or host_tele.empty else host_tele[host_tele["gpu"] == gpu]
+    if tele.empty:
+        return None
     figures = []
-    for start, end in spans:
+    for start, end in (first, last):
         during = tele[(tele["time"] > start) & (tele["time"] <= end)]
         util, power, limit = (during[c].to_numpy(float) for c in ("utilization_pct", "power_w", "power_limit_w"))
         loaded = during[loaded_mask(util, power, limit, th)]
@@ -126,15 +161,9 @@ def blame_decay(trend: MetricTrend, host_tele: pd.DataFrame, th: Thresholds) -> 
                         fmt.or_mask(during["clocks_event_reasons"]) & ~GPU_IDLE))
     (clock0, reasons0), (clock1, reasons1) = figures
     if clock0 is None or clock1 is None or clock0 <= 0:
-        return "throughput-decay", "no loaded SM clock over the same windows to tell the GPUs from the software"
-    drop = 1.0 - clock1 / clock0
-    new = reasons1 & ~reasons0 & (THERMAL | HW_POWER_BRAKE | HW_SLOWDOWN)
-    clocks = f"loaded SM clock {fmt.mhz(clock0)} at first, {fmt.mhz(clock1)} at the end, {clock1 / clock0 - 1:+.1%}"
-    if new or drop >= th.decay_clock_share * (trend.decay or 0.0):
-        reasons = fmt.reason_names(reasons1) or "none"
-        return "throughput-decay", f"the GPUs slowed: {clocks}, clock-event reasons at the end: {reasons}"
-    return "software-slowdown", (f"clocks steady ({clocks}, no new thermal or power-brake reason): a software or "
-                                 f"serving slowdown, not the GPUs")
+        return None
+    return ClockChange(clock0, clock1, reasons1 & ~reasons0 & (THERMAL | HW_POWER_BRAKE | HW_SLOWDOWN),
+                       fmt.reason_names(reasons1) or "none")
 
 
 def _on(series: Sequence[MetricTrend]) -> str:
