@@ -5,10 +5,10 @@
 Builds a simulated cluster (tests/simcluster.py: one network namespace and a real sshd per
 host, every probe answered with recorded real output), then runs the same commands three
 ways and prints wall-clock seconds (best of --repeat) and ratios:
-- preflight: `preflight run --hosts ...` with every static probe (what a default run does,
-  active tests excluded), bundle and reports written;
-- preflight node-runner: the same with `--node-runner` (one channel per node, whose python3
-  runs the probes);
+- preflight: `preflight run --hosts ... --no-node-runner` with every static probe (what a
+  default run does, active tests excluded), bundle and reports written, one channel per probe;
+- preflight node-runner: the same with the node runner, the default since issue 14 (one
+  channel per node, whose python3 runs the probes);
 - clush: ClusterShell's `clush -w HOSTS -f 64` running the same commands as one `;`-joined
   command per host (its best case: one connection per host);
 - ssh loop: `for h in hosts; do ssh h "<same command>"; done`, sequentially, the glue
@@ -103,7 +103,8 @@ def bench(n: int, repeat: int, work: Path, only: set[str]) -> dict[str, tuple[fl
         runs = {
             "preflight": lambda i: timed([sys.executable, "-m", "preflight", "run", "--hosts", str(hosts_file),
                                           "--ssh-config", str(ssh_config), "--out", str(work / "reports"),
-                                          "--run-id", f"b{n}-{i}", "-q", "--quick"]),
+                                          "--run-id", f"b{n}-{i}", "-q", "--quick",
+                                          "--no-node-runner"]),
             "preflight node-runner": lambda i: timed([
                 sys.executable, "-m", "preflight", "run", "--hosts", str(hosts_file), "--ssh-config", str(ssh_config),
                 "--out", str(work / "reports"), "--run-id", f"nr{n}-{i}", "-q", "--quick", "--node-runner"]),

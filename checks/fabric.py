@@ -19,6 +19,10 @@ How faults show, and what each is taken to mean:
   not join an NVLink domain (azhpc-images#506). On HGX boards CliqueId 0 is normal.
 - Health Summary other than Healthy (``Unhealthy`` with Bandwidth Full in
   kubernetes-sigs/dra-driver-nvidia-gpu#626): registered but degraded paths.
+- Without a platform that expects a fabric (the generic profile), only the driver's explicit
+  verdicts are judged, since they need no platform figure: State Completed with Status other
+  than Success, and a Health Summary other than Healthy. In Progress, Not Started or N/A are
+  left alone there: a platform without NVSwitch cannot be told from one whose FM is down.
 - No fabric info (N/A, Not Supported): a lone GPU never has one (leptonai/gpud#1140), so one
   GPU is SKIP. On a multi-GPU NVL72 tray all-N/A was an unhealthy fabric (gpud#1108): FAIL.
   On an HGX board it cannot be told from an old driver that does not report it: ERROR. A GPU
@@ -51,7 +55,7 @@ def fabric_manager(host):
     profile = host.profile
     has_fm = bool(profile.get("nvlink.fabric_manager"))
     if not (has_fm or profile.get("nvlink.check_fabric_state")):
-        return skip(f"no NVSwitch fabric expected on this platform: {profile.why}")
+        return _explicit_failures(host)
     gpus = host.smi.gpus
     if len(gpus) < 2:
         return skip(f"{len(gpus)} GPU: NVSwitch fabric not applicable (NVML reports no fabric for a lone GPU)")
@@ -108,6 +112,49 @@ def fabric_manager(host):
     clique = (f", CliqueId {first.clique_id}, ClusterUUID {first.cluster_uuid}"
               if clique_required else "")
     return ok(f"fabric registered on {len(gpus)} GPUs (State Completed, Status Success{clique})")
+
+
+EXPLICIT_ACTION = ("the driver reports the GPU's fabric registration failed: on an HGX board check "
+                   "systemctl status nvidia-fabricmanager (its version must equal the driver's) and restart it; "
+                   "on an NVL72 compute tray check the NVLink switch trays and nvidia-imex; then re-run preflight "
+                   "(set --profile to judge the platform's full fabric expectations)")
+
+
+def _explicit_failures(host):
+    """Where the profile expects no fabric (the generic profile), only the driver's own verdicts
+    are judged, as they need no platform figure: State Completed with a Status other than
+    Success (registration failed) and a Health Summary other than Healthy. A state still In
+    Progress or Not Started, or none at all, cannot be told from a platform without a fabric."""
+    why = host.profile.why
+    try:
+        gpus = host.smi.gpus
+    except EvidenceMissing:
+        return skip(f"no NVSwitch fabric expected on this platform: {why}")
+    failed: dict[str, list[str]] = {}
+    degraded: dict[str, list[str]] = {}
+    for gpu in gpus:
+        fabric = gpu.fabric
+        if fabric is None:
+            continue
+        if fabric.state == "Completed" and fabric.status and fabric.status != "Success":
+            failed.setdefault(f"fabric status {fabric.status}", []).append(f"GPU{gpu.index}")
+        if fabric.health_summary and fabric.health_summary not in ("Healthy", "N/A"):
+            degraded.setdefault(f"fabric health {fabric.health_summary}", []).append(f"GPU{gpu.index}")
+    outcomes = []
+    note = " (reported by the driver; no platform profile: other fabric expectations not judged)"
+    if failed:
+        lines = {("Status", problem.removeprefix("fabric status ")) for problem in failed}
+        outcomes.append(fail(_grouped(failed, len(gpus)) + note, symptoms=["fabric-manager-down"],
+                             evidence=[_evidence(host, lines)], action=EXPLICIT_ACTION,
+                             data={"problems": failed}))
+    if degraded:
+        lines = {("Summary", problem.removeprefix("fabric health ")) for problem in degraded}
+        outcomes.append(fail(_grouped(degraded, len(gpus)) + note, symptoms=["nvlink-fabric-degraded"],
+                             evidence=[_evidence(host, lines)], action=HEALTH_ACTION,
+                             data={"problems": degraded}))
+    if outcomes:
+        return outcomes
+    return skip(f"no NVSwitch fabric expected on this platform, and no failed registration reported: {why}")
 
 
 def _zero_uuid(uuid: str | None) -> bool:

@@ -11,13 +11,15 @@ Judged per GPU, reported per kind of fault with every GPU that has it:
   sends a GPU with this flag to field diagnostics (docs/sources.md §5.2).
 - Row remapping (Ampere and newer): ``Remapping Failure Occurred: Yes`` or a bank with no spare
   rows left (histogram ``None`` > 0, so its next error cannot be remapped) -> FAIL
-  ``gpu-row-remap`` with an RMA action. ``Pending: Yes`` -> WARN ``gpu-row-remap``: the new
-  mapping takes effect at the next GPU reset; until then NVIDIA's error containment keeps
-  unaffected work running (A100 memory error management, "Error Recovery and Response Flags"),
-  but a node about to serve traffic should be reset first - the same judgement as Xid 63 in
-  playbooks/xid.yaml.
-- Page retirement (pre-Ampere): pages pending retirement -> WARN ``gpu-row-remap`` (the retired
-  page takes effect at the next reset or reboot, like a pending remap).
+  ``gpu-row-remap`` with an RMA action. ``Pending: Yes`` -> FAIL ``gpu-row-remap`` with a reset
+  action: the repair takes effect only at the next GPU reset, and DCGM's diagnostic (the
+  software plugin's pending-row-remap check) fails a GPU in that state and skips its later
+  tests (DCGM_FR_PENDING_ROW_REMAP, severity "Drain and reset GPU"; docs/sources.md §5.3).
+  NVIDIA's memory error management guide lets unaffected work keep running with the flag set,
+  which is why a serving node is not torn down by it; a node under acceptance is reset first.
+- Page retirement (pre-Ampere): pages pending retirement -> FAIL ``gpu-row-remap`` for the same
+  reason (DCGM's software plugin fails DCGM_FR_PENDING_PAGE_RETIREMENTS; the retirement takes
+  effect at the next reset or reboot).
 
 Correctable counts are shown, not judged: correcting them is what ECC is for, and no source
 in docs/sources.md gives a rate that should worry. Not applicable (SKIP): no GPU reports ECC, row
@@ -29,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from preflight.check import Outcome, fail, host_check, ok, skip, warn
+from preflight.check import Outcome, fail, host_check, ok, skip
 from preflight.model import Evidence
 
 
@@ -37,7 +39,7 @@ from preflight.model import Evidence
 class _Fault:
     """One kind of memory fault; the outcome lists every GPU that has it."""
 
-    verdict: Callable[..., Outcome]  # fail | warn
+    verdict: Callable[..., Outcome]  # fail (every memory fault an acceptance run can see fails)
     symptom: str
     what: str  # "uncorrectable ECC errors since the driver loaded"
     action: str
@@ -55,10 +57,10 @@ REMAP_FAILED = _Fault(fail, "gpu-row-remap", "row remapping failed",
 NO_SPARE_ROWS = _Fault(fail, "gpu-row-remap", "memory banks without a spare row left",
                        "drain the node and RMA the GPU: a bank has no spare rows, so its next memory error "
                        "cannot be remapped")
-REMAP_PENDING = _Fault(warn, "gpu-row-remap", "row remapping pending",
+REMAP_PENDING = _Fault(fail, "gpu-row-remap", "row remapping pending",
                        "drain the node and reset the GPU (nvidia-smi -r -i <index>) or reboot to activate the "
                        "remap, then re-run preflight: Pending must read No")
-RETIRE_PENDING = _Fault(warn, "gpu-row-remap", "retired pages pending",
+RETIRE_PENDING = _Fault(fail, "gpu-row-remap", "retired pages pending",
                         "drain the node and reset the GPU (nvidia-smi -r -i <index>) or reboot so the pages "
                         "are retired, then re-run preflight")
 FAULTS = (UNCORRECTABLE, SRAM_THRESHOLD, REMAP_FAILED, NO_SPARE_ROWS, REMAP_PENDING, RETIRE_PENDING)

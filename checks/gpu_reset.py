@@ -3,10 +3,13 @@
 Two views of the same driver state in ``nvidia-smi -q``:
 
 - ``GPU Reset Status`` (drivers 535-58x; "deprecated" in 59x, which reads as not reported):
-  ``Reset Required: Yes`` -> FAIL; ``Drain and Reset Recommended: Yes`` alone -> WARN (the
-  GPU still runs, but the driver wants it drained and reset at the next opportunity).
+  ``Reset Required: Yes`` -> FAIL; ``Drain and Reset Recommended: Yes`` -> FAIL as well: it is
+  the flag NVML reports as the DRAIN_AND_RESET recovery action, for which DCGM says "Do not
+  schedule new work on this GPU" (DCGM_FR_GPU_RECOVERY_DRAIN_RESET, docs/sources.md §5.3). The
+  GPU still runs what it has, but a node under acceptance is about to get new work.
 - ``GPU Recovery Action`` (NVML's recovery action, 56x+): ``None`` passes; ``Drain P2P`` ->
-  WARN (peer-to-peer traffic must stop before new work, the GPU itself stays usable); any
+  WARN (a transitional state: once peer-to-peer traffic is drained NVML reports one of the
+  other actions, which a re-run then judges); any
   action that resets or reboots (Reset, Reboot, Drain and Reset, and the newer bus reset /
   system reboot / IMEX recovery) -> FAIL, since the GPU cannot be trusted with new work
   until it is done (NVIDIA A100 memory error management, "Error Recovery and Response
@@ -65,7 +68,7 @@ def judge(gpu) -> tuple[str, str, str]:
     if gpu.reset_required:
         views.append(("fail", "Reset Required: Yes", ACTIONS["reset"]))
     elif gpu.drain_and_reset_recommended:
-        views.append(("warn", "Drain and Reset Recommended: Yes",
+        views.append(("fail", "Drain and Reset Recommended: Yes",
                       "drain the GPU's jobs, then " + ACTIONS["reset"]))
     return min(views, key=lambda v: _ORDER[v[0]])
 

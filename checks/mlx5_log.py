@@ -23,6 +23,18 @@ signatures and what they mean (strings from the mlx5 sources, docs/sources.md §
   lines). GPU lines are left to ``pcie-link``. The kernel measures the link when the device
   is enumerated, so an idle-time downshift (which GPUs do, NICs do not) is not what it reports.
 
+- the slot cannot power the NIC (``Detected insufficient power on the PCIe slot (27W).``, which
+  mlx5 prints as a warning): WARN ``nic-power-insufficient``. The firmware decides what to
+  power down and says so in a port module error (below); some platforms print this line on
+  every boot while running at line rate, so the line alone does not fail the node.
+- a port module error (``Port module event[error]: module N, Cable error, <error>``, printed
+  as an error): FAIL. Ports powered down for want of slot power, or a module over its power
+  budget, are ``nic-power-insufficient``; the others (high temperature, a bad or shorted
+  cable or module, a stuck I2C bus, no EEPROM, an unknown or non-approved module) are
+  ``nic-module-error``. The info-level lines (``PCIe slot advertised sufficient power``,
+  ``... power capability was not advertised``, ``Port module event: module N, Cable plugged``)
+  are no fault. Texts from mlx5 ``events.c``; docs/sources.md §1.4.
+
 The log holds everything since boot (dmesg) or this boot (journalctl -k); an event there is
 judged as current, since nothing in the log says it was dealt with.
 """
@@ -48,7 +60,15 @@ ACTIONS = {
               "(or remove it and use the inbox driver), depmod -a, restart openibd or reboot",
     "pcie": "reseat the NIC (or its riser) and check the slot's PCIe generation/width in the BIOS; the NIC cannot "
             "reach line rate on this link",
+    "power": "check that the slot (or riser / OCP bay) is rated for the NIC's power and that the BIOS advertises it "
+             "(lspci -vvv: SlotPowerLimit); move the NIC to a full-power slot, then re-run preflight",
+    "heat": "the module or cable in the named cage is overheating: check the chassis airflow and fans at the NIC, "
+            "and that the module is one the NIC supports; replace it if it stays hot, then re-run preflight",
+    "cable": "reseat the cable / transceiver in the named cage, then replace it (or use one on the NIC's supported "
+              "list) if the error returns; re-run preflight",
 }
+# Port module errors that are the slot's or module's power, not the cable itself.
+POWER_MODULE_ERRORS = ("insufficient/unadvertised power", "Power budget exceeded")
 
 
 def _describe(e) -> str:
@@ -69,6 +89,10 @@ def _describe(e) -> str:
         return "probe failed" + (f" (error {e.code})" if e.code is not None else f": {e.message[-60:]}")
     if kind == "module-symbol-mismatch":
         return f"{e.driver} refused: symbol {e.detail}"
+    if kind == "mlx5-pcie-power-insufficient":
+        return f"the PCIe slot advertises {e.detail}, not enough for the NIC"
+    if kind == "mlx5-module-error":
+        return f"port module {e.code}: {e.detail}"
     p = e.pcie
     speed = f"{p.speed_gts:g} GT/s" if p.speed_gts else "unknown speed"
     capable = f"{p.capable_speed_gts:g} GT/s" if p.capable_speed_gts else "unknown speed"
@@ -104,14 +128,15 @@ def _group(events) -> str:
     """'0000:5e:00.0: health compromised ...; 0000:5e:00.0: health syndrome 0x7 ...', each once, in
     log order. The driver prints one fault on several lines (a timeout is announced, then
     reported), so lines are not counted as faults; the evidence shows them."""
-    seen = dict.fromkeys(f"{e.device or e.driver or '?'}: {_describe(e)}" for e in events)
+    seen = dict.fromkeys(f"{e.device or e.driver or 'a NIC the line does not name'}: {_describe(e)}" for e in events)
     return "; ".join(seen) + f" ({len(events)} log line{'s' if len(events) != 1 else ''})"
 
 
 # Besides the log: where the NICs sit (ethtool, lspci, mlxfwmanager), and their firmware and
 # driver, whose verdict decides the action for firmware timeouts.
 @host_check("mlx5-kernel-log", facts=["kernel_log", "driver_release", "nic_matrix", "nics", "lspci"],
-            summary="no ConnectX firmware timeouts, probe failures, module mismatches or slow NIC PCIe links")
+            summary="no ConnectX firmware timeouts, probe failures, module mismatches, slow NIC PCIe links, "
+                    "slot power or port module errors")
 def mlx5_kernel_log(host):
     log = host.kernel_log
     caveat = f" ({'; '.join(log.notes)})" if log.notes else ""
@@ -122,6 +147,11 @@ def mlx5_kernel_log(host):
     modules = [e for e in log.of_kind("module-symbol-mismatch") if _rdma_module(e)]
     slow = [e for e in log.of_kind("pcie-bandwidth-limited")
             if (e.driver or "").startswith("mlx5") or _bus(e.device or "") in nics]
+    slot_power = log.of_kind("mlx5-pcie-power-insufficient")
+    module_errors = log.of_kind("mlx5-module-error")
+    powered_down = [e for e in module_errors if any(t in (e.detail or "") for t in POWER_MODULE_ERRORS)]
+    hot = [e for e in module_errors if e not in powered_down and "Temperature" in (e.detail or "")]
+    bad_module = [e for e in module_errors if e not in powered_down and e not in hot]
 
     outcomes = []
     if hang:
@@ -144,6 +174,21 @@ def mlx5_kernel_log(host):
         outcomes.append(fail(f"NIC PCIe link below its capability: {_group(slow)}" + caveat,
                              symptoms=["pcie-link-degraded"], evidence=[_lines(slow)],
                              action=ACTIONS["pcie"], data={"devices": sorted({e.device for e in slow if e.device})}))
+    if powered_down:
+        outcomes.append(fail(f"NIC ports powered down or over their power budget: {_group(powered_down)}" + caveat,
+                             symptoms=["nic-power-insufficient"], evidence=[_lines(powered_down + slot_power)],
+                             action=ACTIONS["power"], data={"devices": _devices(powered_down)}))
+    elif slot_power:
+        outcomes.append(warn(f"PCIe slot power below what the NIC needs: {_group(slot_power)}" + caveat,
+                             symptoms=["nic-power-insufficient"], evidence=[_lines(slot_power)],
+                             action=ACTIONS["power"], data={"devices": _devices(slot_power)}))
+    for events, why in ((hot, "heat"), (bad_module, "cable")):
+        if events:
+            outcomes.append(fail(f"NIC port module errors: {_group(events)}" + caveat,
+                                 symptoms=["nic-module-error"], evidence=[_lines(events)],
+                                 action=ACTIONS[why], data={"devices": _devices(events),
+                                                            "modules": sorted({e.code for e in events
+                                                                               if e.code is not None})}))
     if outcomes:
         return outcomes
     seen = f"; {len(fw_versions)} NIC(s) reported firmware at probe" if fw_versions else ""
@@ -163,6 +208,10 @@ def _firmware_action(host) -> str | None:
         if verdict.level in (OLDER, UNSUPPORTED, PIN_MISMATCH):
             return verdict.action
     return None
+
+
+def _devices(events) -> list[str]:
+    return sorted({e.device for e in events if e.device})
 
 
 def _lines(events, limit: int = 6) -> Evidence:

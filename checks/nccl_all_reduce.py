@@ -6,11 +6,19 @@ all_reduce_perf output saved without markers is judged too, each run counting as
 
 How faulty is told from normal:
 - Hang (``nccl-hang``, FAIL): a repetition stopped by its timeout (exit 124, or 137 when
-  SIGTERM did not end it and timeout's SIGKILL did), one the probe's own timeout cut off, or, in
-  plain output, a run that never reached its "Avg bus bandwidth" footer: a healthy
-  all_reduce_perf always prints it. (A capture cut by hand looks the same; the summary says so.)
-- Failure (``nccl-failed``, FAIL): a repetition that exited non-zero otherwise, printed
-  nccl-tests' "Test ... failure", or exited 0 without a complete table.
+  SIGTERM did not end it and timeout's SIGKILL did), or one the probe's own limit cut off
+  (recorded as ``timed_out``). Only a limit that
+  was hit makes a hang: that is what the word claims. (A plain output whose probe exited
+  non-zero is the probe's failure, ERROR ``probe-failed`` naming the exit.)
+- Incomplete (``nccl-incomplete``, ERROR): a repetition that ended without its results, with
+  nothing recorded that says why: plain output that stops before its "Avg bus bandwidth"
+  footer (after the device list, or part-way through the table) while the probe exited 0 or
+  no exit was recorded, or a marked repetition that exited 0 without a table. A healthy
+  all_reduce_perf always prints the footer, but a capture cut by hand or by a log excerpt looks
+  the same as a run that stopped, so the evidence supports neither a pass nor a hang; the
+  summary says where the output ends.
+- Failure (``nccl-failed``, FAIL): a repetition that exited non-zero otherwise, or printed
+  nccl-tests' "Test ... failure".
 - Unreadable (ERROR, ``probe-unreadable``): a repetition that printed its "Avg bus bandwidth"
   footer, so the tool says it ran its table, but has no result row that reads. Neither a pass
   nor a hang: the output itself is mangled.
@@ -32,7 +40,15 @@ How faulty is told from normal:
   run-to-run noise, while the ring-class figure (~370 against ~480 GB/s with NVLS on 8 x
   H100/H200, docs/sources.md §3) falls below the line, as it should on a board where NVLS is the
   default. Below 50% FAILs: more than any algorithm choice explains, so a link or GPU is
-  missing from the path. No figure in the profile: the figure is reported, not judged.
+  missing from the path. No figure in the profile: the figure is reported, not judged (and the
+  fleet check nccl-fleet-relative holds it against the fleet's own median).
+- Site baseline (a profile written by ``preflight baseline``): its figure is the median of the
+  site's known-good runs and it carries its own lines (``nccl.all_reduce_busbw_warn_gbs``,
+  ``..._fail_gbs``: median - margin and median - 2 x margin, preflight/knowledge/site_profile.py),
+  which replace the 85 % / 50 % ratios. Its ``nccl.all_reduce_ranks``, ``nccl.all_reduce_bytes``
+  and ``nccl.all_reduce_gpu_model`` say what the figure was measured on: another rank count,
+  largest size or GPU model (from the run's device lines) is not judged against it, which keeps
+  a baseline derived under the generic profile off the other GPUs that profile also takes.
 - Single GPU (one rank): no inter-GPU traffic, busbw is 0 by definition, so bandwidth is not
   applicable (SKIP), but a hang or corruption still FAILs.
 - NCCL log lines (``NCCL_SIGNATURES`` in preflight/parse/nccl_tests.py) become symptoms:
@@ -88,6 +104,15 @@ def nccl_all_reduce(host):
         return error(f"unreadable output: {len(unreadable)} of {len(reps)} repetitions (#{first}: {why})"
                      + (f"; {summary}" if summary else ""), symptoms=["probe-unreadable", *v.symptoms],
                      evidence=[_tail_evidence(host), *v.evidence], data=v.data)
+    incomplete = [(rep.number, why) for rep, state, why in states if state == "incomplete"]
+    if incomplete:
+        v.data["incomplete"] = [n for n, _ in incomplete]
+    if incomplete and not v.fails:
+        first, why = incomplete[0]
+        return error(f"incomplete evidence, not a hang: {len(incomplete)} of {len(reps)} repetitions "
+                     f"ended without their results (#{first}: {why})" + (f"; {summary}" if summary else ""),
+                     symptoms=["nccl-incomplete", *v.symptoms], evidence=[_tail_evidence(host), *v.evidence],
+                     data=v.data)
     if not reps and not v.fails:
         return error(f"no all_reduce result in the output{'; ' + summary if summary else ''}",
                      symptoms=v.symptoms, evidence=v.evidence, data=v.data)
@@ -122,13 +147,15 @@ class _Verdict:
 
 
 def _state(rep: Repetition, out: NcclProbeOutput) -> tuple[str, str]:
-    """("passed" | "hung" | "failed" | "unreadable", why) for one repetition."""
+    """("passed" | "hung" | "failed" | "unreadable" | "incomplete", why) for one repetition."""
     if rep.exit_code in (0, None) and rep.complete and not rep.errors and not any(run.rows for run in rep.runs):
         # The tool printed its footer, so it says it ran its table, yet no result row reads:
         # the output is mangled, neither a pass nor a hang.
         return "unreadable", "an 'Avg bus bandwidth' footer but no result row could be read"
     marked = rep.state()
     if marked is not None:
+        if marked[0] == "failed" and rep.exit_code == 0 and not rep.errors and not rep.complete:
+            return "incomplete", f"exited 0 without a results table, {_where_it_ends(rep)}"
         return marked
     # No exit code: the probe's own timeout cut it, or the output is a plain saved capture.
     if out.cut_off and rep is out.repetitions[-1]:
@@ -136,8 +163,10 @@ def _state(rep: Repetition, out: NcclProbeOutput) -> tuple[str, str]:
     if rep.errors:
         return "failed", rep.errors[0]
     if not rep.complete:
-        return "hung", ("stopped before its 'Avg bus bandwidth' footer "
-                        "(hung, crashed, or the capture was cut)")
+        # A probe that exited non-zero never gets here (the nccl fact refuses it, naming the
+        # exit), and one its limit stopped is cut_off above: so nothing says this one hung.
+        return "incomplete", (f"{_where_it_ends(rep)}, and no timeout was recorded: "
+                              "the run stopped early or the capture was cut")
     return "passed", ""
 
 
@@ -152,8 +181,22 @@ def _judge_completion(host, out: NcclProbeOutput, states: list[tuple[Repetition,
             v.add("fail", f"{len(these)} of {total} repetitions {kind} (#{first}: {why})", symptom,
                   _marker_evidence(host, numbers) if out.marked else _tail_evidence(host))
     passed = sum(1 for _, state, _ in states if state == "passed")
-    if 0 < passed < total:
-        v.add("fail", f"intermittent: {passed} of {total} repetitions passed", "nccl-unstable")
+    # Only repetitions that gave a verdict count: an incomplete or unreadable one says nothing.
+    judged = sum(1 for _, state, _ in states if state in ("passed", "hung", "failed"))
+    if 0 < passed < judged:
+        v.add("fail", f"intermittent: {passed} of {judged} repetitions passed", "nccl-unstable")
+
+
+def _where_it_ends(rep: Repetition) -> str:
+    """Where a repetition's output stops, in words: after the device list, or after N rows."""
+    rows = [row for run in rep.runs for row in run.rows]
+    if rows:
+        return (f"ended after {len(rows)} result rows (up to {rows[-1].size_bytes} B) "
+                "without its 'Avg bus bandwidth' footer")
+    ranks = max((len(run.devices) for run in rep.runs), default=0)
+    if ranks:
+        return f"ended after the device list ({ranks} rank{'s' if ranks != 1 else ''}), before any result row"
+    return "ended before any result row"
 
 
 def _marker_evidence(host, numbers: list[int]) -> Evidence | None:
@@ -235,8 +278,18 @@ def _judge_bandwidth(host, passed: list[Repetition], v: _Verdict) -> bool:
         v.add("info", f"{measured}; {reason}", None, rows)
         return False
     expected = float(host.profile.get("nccl.all_reduce_busbw_gbs"))
-    v.data.update(expected_busbw_gbs=expected, threshold_gbs=expected * LOW_WARN)
+    site_warn = host.profile.get("nccl.all_reduce_busbw_warn_gbs")
+    site_fail = host.profile.get("nccl.all_reduce_busbw_fail_gbs")
     ratio = middle / expected
+    if site_warn is not None and site_fail is not None:
+        v.data.update(expected_busbw_gbs=expected, threshold_gbs=site_warn, fail_threshold_gbs=site_fail)
+        versus = (f"{measured}, {ratio:.1%} of the site baseline's median {expected:g} GB/s ({host.profile.id}; "
+                  f"warn below {site_warn:g}, fail below {site_fail:g} GB/s)")
+        severity = "fail" if middle < site_fail else "warn" if middle < site_warn else "info"
+        v.add(severity, f"low bandwidth: {versus}" if severity != "info" else versus,
+              "nccl-low-bandwidth" if severity != "info" else None, rows)
+        return False
+    v.data.update(expected_busbw_gbs=expected, threshold_gbs=expected * LOW_WARN)
     versus = (f"{measured}, {ratio:.1%} of the {expected:g} GB/s {host.profile.id} expects"
               f" (warn below {LOW_WARN:.0%}, fail below {LOW_FAIL:.0%})")
     if ratio < LOW_FAIL:
@@ -253,7 +306,10 @@ def _why_no_threshold(host, runs: list[NcclRun], nranks: int | None, largest: in
     collective = _collective(runs[0])
     hosts = {d.host for run in runs for d in run.devices}
     expected = host.profile.get("nccl.all_reduce_busbw_gbs")
-    gpus = host.profile.gpu_count
+    gpus = host.profile.get("nccl.all_reduce_ranks") or host.profile.gpu_count
+    site_bytes = host.profile.get("nccl.all_reduce_bytes")
+    site_model = host.profile.get("nccl.all_reduce_gpu_model")
+    models = {d.name for run in runs for d in run.devices if d.name}
     if collective != "all_reduce":
         return f"a {collective} run, not all_reduce: no threshold"
     if largest < MIN_JUDGED_BYTES:
@@ -266,6 +322,12 @@ def _why_no_threshold(host, runs: list[NcclRun], nranks: int | None, largest: in
         return "rank count not in the output: not judged against the profile"
     if gpus is not None and nranks != gpus:
         return f"{nranks} ranks, but the {expected:g} GB/s of {host.profile.id} is for {gpus} GPUs: not judged"
+    if site_model is not None and models != {site_model}:
+        return (f"GPU model {', '.join(sorted(models)) or 'not in the output'}, but the {expected:g} GB/s of "
+                f"{host.profile.id} is for {site_model}: not judged")
+    if site_bytes is not None and largest != site_bytes:
+        return (f"largest size {_size(largest)}, but the {expected:g} GB/s of {host.profile.id} was measured at "
+                f"{_size(site_bytes)}: not judged")
     return None
 
 

@@ -17,6 +17,17 @@ Normal vs faulty:
   that is no version, no driver evidence): WARN naming the reason. A NIC that could not be
   judged is never passed.
 
+Which firmware: the one the NIC runs, since that is what the driver talks to. The kernel's
+fw_ver (ibv_devinfo, sysfs, ethtool) is the running firmware; from mlxfwmanager it is the
+``FW (Running)`` row where there is one (docs/sources.md §1.3).
+
+New firmware flashed but not running (mlxfwmanager shows ``FW (Running)`` unlike ``FW``):
+FAIL ``nic-firmware-reset-pending``, whatever the pair's verdict. The NIC runs the old firmware
+until ``mlxfwreset`` or a reboot / power cycle loads the new one, so what this run measured
+(the firmware verdict, nccl) is not what the node will run after its next reset; the action
+is the reset, then a re-run. mlxfwmanager prints that row only when the two differ, so a NIC
+without it is not flagged.
+
 Which driver: the loaded module (``ethtool -i``) before the installed one (``modinfo``), with
 ``ofed_info -s`` telling MLNX_OFED from DOCA (``preflight.parse.versions.driver_release``).
 Firmware does not change with load, so an idle node is judged as it is.
@@ -35,7 +46,10 @@ FW_LINES = r"fw_ver|Firmware version|firmware-version|hca_type|CA type|vendor_pa
 SYMPTOM = {NEWER: "nic-fw-newer-than-driver", UNDECIDED: "nic-fw-unverified"}
 
 
-@host_check("nic-fw-driver-mismatch", facts=["nics", "driver_release", "nic_matrix", "smi"],
+RESET_LINES = r"Device Type|PCI Device Name|^\s*FW\s"
+
+
+@host_check("nic-fw-driver-mismatch", facts=["nics", "driver_release", "nic_matrix", "smi", "mlxfwmanager"],
             summary="ConnectX firmware matches what the installed mlx5 driver release ships")
 def nic_fw_driver_mismatch(host):
     matrix = host.nic_matrix  # a broken site policy is an error whatever the profile
@@ -65,6 +79,10 @@ def nic_fw_driver_mismatch(host):
         text = f"{len(members)} x {family} ({names}): {verdict.reason}"
         if verdict.notes:
             text += "; " + "; ".join(verdict.notes)
+        flashed = sorted({n.flashed for n in members if n.flashed})
+        if flashed:
+            # Judged as running; the flashed one only counts once a reset loads it.
+            text += f"; {', '.join(flashed)} is flashed and waits for a reset (nic-firmware-reset-pending)"
         # Per device where the listing has device headers; mlxfwmanager and a bare ethtool block have none.
         evidence = ([e for n in members[:2] if (e := host.device_excerpt(n.source, n.name, FW_LINES))]
                     or [host.excerpt(members[0].source, FW_LINES, limit=8)])
@@ -79,7 +97,30 @@ def nic_fw_driver_mismatch(host):
         verdict_of = warn if verdict.level in (NEWER, UNDECIDED) else fail
         outcomes.append(verdict_of(f"{text} [{driver_note}]", symptoms=[symptom], evidence=evidence, data=data,
                                    action=verdict.action))
-    return outcomes
+    pending = reset_pending(host)
+    return ([pending] if pending else []) + outcomes
+
+
+def reset_pending(host):
+    """FAIL ``nic-firmware-reset-pending`` for the NICs whose flash holds other firmware than
+    they run, or None. Read from mlxfwmanager whichever tool the NICs were listed from: only a
+    firmware query sees the flash."""
+    query = host.optional("mlxfwmanager")
+    devices = [d for d in (query.devices if query else ()) if d.reset_pending]
+    if not devices:
+        return None
+    names = [d.pci_name or (f"device #{d.index}" if d.index is not None else "device") for d in devices]
+    told = "; ".join(f"{n} ({d.device_type or 'adapter'}): flashed {d.fw_current}, running {d.fw_running}"
+                     for n, d in zip(names, devices, strict=True))
+    targets = " ".join(f"mlxfwreset -d {n} reset;" for n in names[:4]) + (" ..." if len(names) > 4 else "")
+    return fail(f"new NIC firmware flashed, reset pending on {len(devices)} of {len(query.devices)} NICs: {told}",
+                symptoms=["nic-firmware-reset-pending"],
+                evidence=[host.excerpt("mlxfwmanager", RESET_LINES, limit=4 * len(devices))],
+                data={"nics": names, "flashed": [d.fw_current for d in devices],
+                      "running": [d.fw_running for d in devices]},
+                action=f"load the flashed firmware: {targets} (mlxfwreset -d <dev> query names the reset level it "
+                       "supports; where none is, reboot, and power-cycle the node if a warm reboot does not load "
+                       "it), then re-run preflight: mlxfwmanager --query must show no FW (Running) row")
 
 
 DRIVER_LINES = {"ethtool": ("ethtool-i", r"^\s*(?:==|driver:|version:)", 3),

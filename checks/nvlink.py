@@ -13,10 +13,14 @@ Judges two views of the same fabric:
   SYS/NODE/PHB has no NVLink path at all.
 
 Link state does not depend on load (unlike PCIe, NVLink does not downshift when idle), so an
-idle node is judged as it is. Not applicable, hence SKIP and never FAIL: the generic profile
-(e.g. the V100 hybrid cube mesh, whose NV1/NV2 mix is by design), a single GPU (a VM slice has
-no peer to link to), GPUs in MIG mode (nvidia-smi cannot query NVLink there) and GPUs without
-NVLink. Either probe alone is enough to judge; with both missing the check cannot tell.
+idle node is judged as it is. Not applicable, hence SKIP and never FAIL: a single GPU (a VM
+slice has no peer to link to), GPUs in MIG mode (nvidia-smi cannot query NVLink there) and GPUs
+without NVLink. The generic profile has no link count, speed or NV# to hold a node to (the V100
+hybrid cube mesh mixes NV1/NV2 by design), so there only the link states that are a fault on
+any platform are judged: an SXM GPU with some links up and others inactive, or a GPU with fewer
+links up than a peer of its model; PCIe cards with NVLink bridges leave links inactive by
+design and are never failed for it (checks/_link_states.py). Either probe alone is enough to
+judge; with both missing the check cannot tell.
 On B300 the links train in hardware whatever the fabric state, so all-active links do not
 prove the fabric usable there: the ``fabric-manager`` check judges that side.
 """
@@ -29,6 +33,8 @@ from itertools import combinations
 from preflight.check import error, fail, host_check, ok, skip
 from preflight.judge.context import EvidenceMissing
 from preflight.model import Evidence
+
+from ._link_states import judge_states
 
 STATUS = "nvidia-smi-nvlink-status"
 TOPO = "nvidia-smi-topo"
@@ -48,10 +54,10 @@ _LINK_LINE = re.compile(r"\s*Link (\d+):")
 def nvlink(host):
     profile = host.profile
     want_links = profile.get("nvlink.links_per_gpu")
-    if not want_links:
-        return skip(f"no NVLink expectation for this platform: {profile.why}")
     status, status_missing = _fact(host, "nvlink_status")
     topo, topo_missing = _fact(host, "topo")
+    if not want_links:
+        return _without_figures(host, status, status_missing)
     if status is None and topo is None:
         raise status_missing
 
@@ -108,6 +114,36 @@ def nvlink(host):
         notes.append("active links alone do not prove the fabric usable on this platform "
                      "(see fabric-manager)")
     return ok("; ".join(parts + notes), data=data)
+
+
+def _without_figures(host, status, missing):
+    """The generic profile's part: link states that are a fault on any platform (checks/_link_states.py).
+    Counts, speeds and the topology need a platform figure and are not judged."""
+    why = host.profile.why
+    if status is None:
+        # Without a platform figure a failed link listing is no fault of the node: on a GPU
+        # without NVLink it is all the tool can say.
+        return skip(f"no NVLink expectation for this platform: {why}")
+    gpus = status.gpus
+    reasons = {g.reason for g in gpus}
+    if not gpus or reasons <= {"mig-mode", "no-nvlink", "error"}:
+        return skip(f"no NVLink expectation for this platform, and no link states to judge: {why}")
+    states = judge_states(gpus)
+    data = {"gpus": len(gpus), "problems": list(states.problems), "by_design": list(states.by_design)}
+    excerpt = " (a pasted excerpt: other GPUs not shown)" if status.excerpt else ""
+    if states.problems:
+        return fail("; ".join(_capped(list(states.problems))) + excerpt, symptoms=["nvlink-down"],
+                    evidence=[Evidence(STATUS, _status_excerpt(host.result(STATUS).text, states.bad_links))],
+                    data=data, action=ACTION)
+    if states.by_design:
+        gpus_with = f"{states.judged} GPU{'s' if states.judged != 1 else ''}"
+        return skip(f"{gpus_with} with NVLink; inactive links not judged: "
+                    + "; ".join(_capped(list(states.by_design)))
+                    + f" (PCIe cards reach their peers only through the bridges fitted){excerpt}", data=data)
+    if states.judged < 2 and not status.excerpt:
+        return skip("1 GPU: NVLink not applicable")
+    return ok(f"{states.judged} GPUs: all {states.active} listed links active; link count, speed and "
+              f"topology not judged without a platform figure ({why}){excerpt}", data=data)
 
 
 def _fact(host, name: str):

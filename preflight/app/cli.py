@@ -1,5 +1,5 @@
-"""Command line: ``preflight run | analyze | merge | healthcheck | prolog | drain | resume | checks | facts |
-explain | diff | soak``.
+"""Command line: ``preflight run | analyze | merge | baseline | healthcheck | prolog | drain | resume | checks |
+facts | explain | diff | soak``.
 
 Exit codes (contract): 0 nothing failed (warnings allowed), 1 a check failed or a host could
 not be checked, 2 bad input or usage. Bad input is refused before anything runs or is
@@ -17,7 +17,7 @@ from ClusterShell.NodeSet import NodeSet
 from rich.console import Console
 
 from preflight import __version__
-from preflight.app import dcgm_options, drain_cli, healthcheck, options, prolog, soak_cli, targets
+from preflight.app import baseline, dcgm_options, drain_cli, healthcheck, options, prolog, soak_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
@@ -134,9 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "active tests add their own limits)")
     run.add_argument("--per-node", type=_positive(int), default=4, metavar="N",
                      help="probes run at once on one node (default 4)")
-    run.add_argument("--node-runner", action="store_true",
-                     help="SSH: one channel per node, whose python3 runs the node's probes itself (as a Slurm "
-                          "task does); nodes without python3 are probed the default way")
+    run.add_argument("--node-runner", action=argparse.BooleanOptionalAction, default=True,
+                     help="SSH: one channel per node, whose python3 runs the node's probes itself, as a Slurm "
+                          "task does (the default); --no-node-runner opens a channel per probe, which is also "
+                          "how nodes without a usable python3 are probed")
     run.add_argument("--workers", type=_positive(int), metavar="N",
                      help="controller processes sharing the SSH fan-out (default: one per 64 hosts, "
                           "at most one per core)")
@@ -157,6 +158,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the nodes that should have a result (gpu[001-064]); those without are reported")
     mg.add_argument("--run-id", help="name of the merged run directory (default: merge-<timestamp>)")
     _common_analysis_options(mg)
+
+    bl = sub.add_parser("baseline", help="a site profile (median and spread per figure) from known-good runs, "
+                                         "for figures NVIDIA does not publish; judge later runs with --profile-file")
+    bl.add_argument("runs", nargs="+", metavar="RUN", type=Path,
+                    help="run directories or bundles of known-good nodes (every host must PASS the figure's check)")
+    bl.add_argument("--from-fleet", action="store_true",
+                    help="every host of the runs is a sample (one fleet run); default: one sample per RUN")
+    bl.add_argument("--out", metavar="FILE", type=Path,
+                    help="write the profile YAML here (default: print it)")
+    bl.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[],
+                    help="also load checks from the *.py files in DIR (repeatable)")
+    bl.add_argument("--profile", metavar="ID", help="platform profile for every host (default: detect)")
+    bl.add_argument("--profile-file", metavar="FILE", action="append", type=Path, default=[],
+                    help="extra or overriding platform profile YAML (repeatable)")
 
     hc = sub.add_parser("healthcheck", help="for slurm.conf HealthCheckProgram: static checks of this node; "
                                             "drains it on FAIL, resumes only preflight's own drains")
@@ -401,6 +416,24 @@ def cmd_merge(args, console: Console) -> int:
     return EXIT_FAILED if analysis.failed else EXIT_OK
 
 
+def cmd_baseline(args, console: Console) -> int:
+    for run in args.runs:
+        if not run.is_dir():
+            raise UsageError(f"{run}: no such run directory or bundle")
+    profile = baseline.build(args.runs, args.from_fleet, _load_checks(args), _load_profiles(args),
+                             load_knowledge(), args.profile)
+    if args.out is None:
+        console.print(baseline.render(profile), end="", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_OK
+    baseline.write(profile, args.out)
+    figures = profile["baseline"]["figures"]
+    for key, fig in figures.items():
+        console.print(f"{key}: median {fig['median']:g} over {len(fig['samples'])} samples, warn below "
+                      f"{fig['warn_below']:g}, fail below {fig['fail_below']:g}; written to {args.out}",
+                      markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
 def cmd_healthcheck(args, console: Console) -> int:
     args.profile = None
     checks = [c for c in _load_checks(args) if not all(p in PROBES and PROBES[p].active for p in c.probes)]
@@ -455,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
 
     handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts,
                 "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge,
+                "baseline": cmd_baseline,
                 "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume,
                 "prolog": cmd_prolog}
     try:

@@ -9,6 +9,7 @@ from preflight.diagnose.engine import PlaybookError
 from preflight.evidence.bundle import BundleError
 from preflight.judge.loader import CheckLoadError
 from preflight.knowledge.profiles import ProfileError
+from preflight.knowledge.site_profile import BaselineError
 from preflight.soak.plan import SoakUsageError
 
 
@@ -18,5 +19,5 @@ class UsageError(Exception):
 
 INPUT_ERRORS: tuple[type[Exception], ...] = (
     InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError, SoakUsageError,
-    SlurmUsageError,
+    SlurmUsageError, BaselineError,
 )

@@ -6,10 +6,11 @@ BOOT`` with the node-side runner and the plan on stdin (``node_runner``), the ve
 task runs, with the same schedule (per-node width, hung-tool skip, node deadline) and
 process-group timeouts, now on the node. Its framed records come back on the channel's stdout.
 
-The channel's output is read when the channel ends, so results of a node arrive together (a
-controller killed mid-run loses the nodes in flight, not the ones done). A node where python3
-cannot start the runner (no python3, too old) is probed the default way, a channel per probe;
-a runner that dies half-way leaves its probes recorded as not run, with what it printed.
+Each record is handed on the moment its last line arrives, so a probe's result reaches the
+bundle as soon as the node has it (a controller killed mid-run keeps what every node had
+finished, as the channel-per-probe path does). A node where python3 cannot start the runner (no
+python3, too old) is probed the default way, a channel per probe; a runner that dies half-way
+leaves its probes recorded as not run, with what it printed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,39 @@ from preflight.node.frames import FrameReader
 GRACE_S = 30.0
 
 
+class _Records:
+    """Cuts the channel's stdout into lines as it arrives and hands on every probe's result once
+    (the runner names itself by its hostname; the inventory's name is what the bundle uses)."""
+
+    def __init__(self, node: str, plan: ExecPlan, on_result: OnResult):
+        self.node, self.on_result = node, on_result
+        self.by_id = {p.id: p for p in plan.probes}
+        self.delivered: set[str] = set()
+        self.hello = False
+        self._reader = FrameReader()
+        self._partial = b""
+
+    def feed(self, data: bytes) -> None:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line)
+
+    def flush(self) -> None:
+        if self._partial:
+            self._line(self._partial)
+            self._partial = b""
+
+    def _line(self, line: bytes) -> None:
+        for _, _, header, payload in self._reader.feed(line):
+            kind = header.get("kind")
+            self.hello = self.hello or kind == "hello"
+            probe = header.get("probe")
+            if kind == "result" and probe in self.by_id and probe not in self.delivered:
+                self.delivered.add(probe)
+                self.on_result(result_of(self.by_id[probe], self.node, header, payload))
+
+
 def run_node_batched(node: SshNode, plan: ExecPlan, on_result: OnResult, python: str = "python3") -> None:
     """Every probe of the plan on ``node`` through one channel; never raises."""
     why = node.connect()
@@ -31,24 +65,15 @@ def run_node_batched(node: SshNode, plan: ExecPlan, on_result: OnResult, python:
             on_result(failed_result(probe, node.name, why))
         node.close()
         return
+    records = _Records(node.name, plan, on_result)
     try:
-        r = node.run([python, "-c", BOOT], stdin=node_payload(plan), timeout=plan.node_budget() + GRACE_S)
+        r = node.run([python, "-c", BOOT], stdin=node_payload(plan), timeout=plan.node_budget() + GRACE_S,
+                     on_stdout=records.feed)
     except Exception as exc:  # noqa: BLE001 - a broken channel is a result like any other
         r = None
         failure = f"internal error: {type(exc).__name__}: {exc}"
-    by_id = {p.id: p for p in plan.probes}
-    delivered: set[str] = set()
-    hello = False
-    reader = FrameReader()
-    for line in (r.stdout or b"").splitlines(keepends=True) if r is not None else ():
-        # The runner names itself by its hostname; the inventory's name is what the bundle uses.
-        for _, _, header, payload in reader.feed(line):
-            kind = header.get("kind")
-            hello = hello or kind == "hello"
-            if kind == "result" and header.get("probe") in by_id and header["probe"] not in delivered:
-                delivered.add(header["probe"])
-                on_result(result_of(by_id[header["probe"]], node.name, header, payload))
-    if r is not None and not hello and r.error is None and not r.timed_out:
+    records.flush()
+    if r is not None and not records.hello and r.error is None and not r.timed_out:
         # python3 missing or unable to run the runner: the default way still works.
         run_node(node, plan, on_result)
         return
@@ -57,6 +82,6 @@ def run_node_batched(node: SshNode, plan: ExecPlan, on_result: OnResult, python:
                               if r.timed_out else f"the node's runner ended before its last result "
                                                   f"(exit {r.exit_code}): {r.stderr.strip()[-300:] or 'no stderr'}")
     for probe in plan.probes:
-        if probe.id not in delivered:
+        if probe.id not in records.delivered:
             on_result(failed_result(probe, node.name, f"not run: {failure}"))
     node.close()

@@ -20,7 +20,7 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,7 +164,10 @@ class SshNode:
     def connected(self) -> bool:
         return self._conn is not None and self._conn.is_connected
 
-    def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float) -> CommandResult:
+    def run(self, argv: Sequence[str], *, stdin: bytes = b"", timeout: float,
+            on_stdout: Callable[[bytes], None] | None = None) -> CommandResult:
+        """``Node.run``; ``on_stdout`` is handed each piece of stdout as it arrives (the node
+        runner's records are delivered as they come, not when the channel ends)."""
         argv = tuple(argv)
         started, t0 = now_iso(), time.monotonic()
         why = self.connect()
@@ -185,7 +188,7 @@ class SshNode:
                 # The command reads stdin to its end, so our EOF always comes before its exit.
                 chan.sendall(stdin)
                 chan.shutdown_write()
-            stdout, stderr, code, timed_out = _drain(chan, deadline=t0 + timeout + KILL_AFTER_S + GRACE_S)
+            stdout, stderr, code, timed_out = _drain(chan, t0 + timeout + KILL_AFTER_S + GRACE_S, on_stdout)
         except Exception as exc:  # noqa: BLE001 - a broken channel is a result; the next run reconnects
             if not self.connected:
                 self.close()
@@ -201,7 +204,8 @@ class SshNode:
                 self._conn = None
 
 
-def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int | None, bool]:
+def _drain(chan: paramiko.Channel, deadline: float,
+           on_stdout: Callable[[bytes], None] | None = None) -> tuple[bytes, bytes, int | None, bool]:
     """Read a command's stdout and stderr to the end; (stdout, stderr, exit code, timed out).
 
     The exit status can arrive while output is still queued behind a full flow-control
@@ -226,6 +230,8 @@ def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes, int |
                 eof = True
             elif data:
                 out.extend(data)
+                if on_stdout is not None:
+                    on_stdout(data)
         if eof and chan.exit_status_ready():
             while chan.recv_stderr_ready():
                 err.extend(chan.recv_stderr(1 << 16))

@@ -11,6 +11,7 @@ from preflight.check import Outcome
 from preflight.collect.probes import PROBES as PROBES_BY_ID
 from preflight.contracts import SLURM_ERROR
 from preflight.evidence.bundle import Bundle, host_reachability
+from preflight.judge.census import COMMANDS
 from preflight.judge.context import EvidenceMissing, FleetContext, HostContext
 from preflight.judge.outcomes import CheckOutputError, outcomes_of
 from preflight.knowledge.profiles import GENERIC, Profile, detect
@@ -107,10 +108,16 @@ def _profile_for(ctx: HostContext, profiles: dict[str, Profile], forced: str | N
     if forced:
         return profiles[forced].chosen("chosen with --profile")
     try:
-        names = [g.name for g in ctx.smi.gpus if g.name]
-    except EvidenceMissing:
-        names = []
-    return detect(profiles, names)
+        census = ctx.optional("gpu_census")
+    except Exception as exc:  # noqa: BLE001 - a parser bug must not take the whole analysis down
+        # The checks that read the same evidence report the crash as their own finding.
+        return profiles[GENERIC].chosen(f"GPU evidence could not be read ({type(exc).__name__}): generic checks only")
+    if census is None:
+        return detect(profiles, [])
+    # -q is the usual source and keeps its short reason; any other one is named.
+    source = None if census.model_probe in (None, "nvidia-smi-q-x", "nvidia-smi-q") \
+        else COMMANDS[census.model_probe]
+    return detect(profiles, list(census.models), source=source, pci_device_ids=census.pci_device_ids)
 
 
 def _finding(check: Check, host: str | None, o: Outcome) -> Finding:

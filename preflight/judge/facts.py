@@ -3,7 +3,8 @@
 A fact is a function of a ``HostContext`` marked with ``@fact(name, probes=..., needs=...)``:
 ``probes`` are the raw outputs it parses, ``needs`` the other facts it builds on. A check
 names the facts it reads (``@host_check(..., facts=["smi"])``) and the run derives from this
-table which probes to collect, so no probe list is written twice. Adding a tool's evidence
+table which probes to collect, so no probe list is written twice. ``reads`` names facts used
+only when the bundle already holds their evidence; a run does not collect them for it. Adding a tool's evidence
 is a probe (``preflight.collect.probes``), a parser (``preflight.parse``) and a fact here.
 
 A fact whose evidence is missing or unreadable raises ``EvidenceMissing``; the analysis turns
@@ -21,6 +22,7 @@ from preflight.collect.dcgm import DISCOVERY_PROBE_ID as DCGM_DISCOVERY_PROBE
 from preflight.collect.dcgm import PROBE_ID as DCGM_PROBE
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE
 from preflight.collect.probes import IB_COUNTERS, IB_COUNTERS_AFTER
+from preflight.judge.census import GpuCensus, gpu_census
 from preflight.judge.missing import EvidenceMissing, why_missing
 from preflight.knowledge import nic_matrix
 from preflight.model import Evidence
@@ -51,17 +53,19 @@ class Fact:
     needs: tuple[str, ...]  # facts it builds on
     derive: Callable[[HostContext], Any]
     doc: str
+    # Facts read only when the bundle already holds their evidence: not planned for a run.
+    reads: tuple[str, ...] = ()
 
 
 FACTS: dict[str, Fact] = {}
 
 
-def fact(name: str, *, probes: Iterable[str] = (), needs: Iterable[str] = ()):
+def fact(name: str, *, probes: Iterable[str] = (), needs: Iterable[str] = (), reads: Iterable[str] = ()):
     def declare(derive: Callable[[HostContext], Any]) -> Callable[[HostContext], Any]:
         if name in FACTS:
             raise ValueError(f"fact {name!r} declared twice")
         doc = (derive.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
-        FACTS[name] = Fact(name, tuple(probes), tuple(needs), derive, doc)
+        FACTS[name] = Fact(name, tuple(probes), tuple(needs), derive, doc, tuple(reads))
         return derive
 
     return declare
@@ -154,6 +158,26 @@ def _nvlink_errors(ctx: HostContext) -> nvlink.NvlinkErrors:
 def _lspci(ctx: HostContext):
     """PCI devices with link capability and status, from ``lspci -vvv``."""
     return _parsed(ctx, lspci.parse_lspci, "lspci")[1]
+
+
+# Only -q is planned: a live run always has it, and collecting three more probes for a count it
+# already has would slow every run. The other views are read when the bundle holds them, which
+# is the case this fact exists for (a user's bundle without -q).
+@fact("gpu_census", needs=("smi_evidence",), reads=("nvlink_status", "topo", "lspci"))
+def _gpu_census(ctx: HostContext) -> GpuCensus:
+    """``GpuCensus``: how many GPUs, and which model, from nvidia-smi -q, else (when the bundle
+    has them) nvidia-smi nvlink --status, topo -m and lspci (preflight.judge.census); missing
+    only when none of them is there."""
+    readings, failures = {}, []
+    for name in ("smi_evidence", "nvlink_status", "topo", "lspci"):
+        try:
+            readings[name] = getattr(ctx, name)
+        except EvidenceMissing as exc:
+            failures.append(exc)
+    if not readings:
+        raise _strongest(failures)
+    return gpu_census(readings.get("smi_evidence"), readings.get("nvlink_status"),
+                      readings.get("topo"), readings.get("lspci"))
 
 
 @fact("kernel_log", probes=("kernel-log",))

@@ -161,6 +161,11 @@ class Nic:
     ``name`` is what the source calls it (``mlx5_0``, a netdev, ``/dev/mst/...``); ``how``
     says what identified the family (``hca_type MT4129``, ``firmware major 40``), or for an
     unknown adapter what was seen of it (``hca_type MT4117, firmware 14.x``).
+
+    ``firmware`` is the firmware the NIC runs, which is what the driver talks to: the kernel's
+    fw_ver (ibv_devinfo, sysfs, ethtool) is read from the running firmware's initialisation
+    segment, and mlxfwmanager's ``FW (Running)`` row wins over its flashed ``FW``. ``flashed``
+    is set only where a firmware query shows another version on the flash (a reset pending).
     """
 
     name: str
@@ -170,6 +175,7 @@ class Nic:
     source: str  # the probe id
     hca_type: str | None = None
     bdf: str | None = None
+    flashed: str | None = None
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -318,10 +324,11 @@ def nics_from_fwquery(matrix: NicMatrix, query, probe: str = "mlxfwmanager") -> 
     """NICs of an ``mlxfwmanager``/``mlxup``/``flint`` query."""
     out = []
     for i, dev in enumerate(query.devices):
-        fam, how = identify(matrix, device_type=dev.device_type, firmware=dev.fw_current)
+        fam, how = identify(matrix, device_type=dev.device_type, firmware=dev.fw_running)
         bdf = dev.pci_name if dev.pci_name and re.fullmatch(r"[0-9a-fA-F:.]+", dev.pci_name) else None
         name = dev.pci_name or (f"device #{dev.index}" if dev.index is not None else f"device {i + 1}")
-        out.append(Nic(name, dev.fw_current, fam, how, probe, bdf=bdf))
+        out.append(Nic(name, dev.fw_running, fam, how, probe, bdf=bdf,
+                       flashed=dev.fw_current if dev.reset_pending else None))
     return tuple(out)
 
 

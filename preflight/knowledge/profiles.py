@@ -4,7 +4,9 @@ Profiles are YAML files under ``playbooks/profiles/`` (and any ``--profile-file`
 platform each, every figure with its source. A host's profile is the one named by
 ``--profile``, otherwise the first whose ``match.gpu_name`` regex finds the host's GPU model
 and whose ``match.min_gpus`` the host reaches, otherwise ``generic``, which judges only what
-holds on any node, and says so.
+holds on any node, and says so. The model comes from whichever evidence names the GPUs
+(``preflight.judge.census``: nvidia-smi -q, else nvidia-smi nvlink --status), else from the
+PCI device ids lspci lists, matched against each profile's ``gpu.pci_device_id``.
 """
 
 from __future__ import annotations
@@ -95,8 +97,13 @@ SCHEMA: dict[str, dict[str, tuple[str, Callable[[Any], bool]]]] = {
             "rate_gbps": ("a positive number", _positive_number),
             "gpu_nic_max_path": ("a string", lambda v: isinstance(v, str)),
             "policy_file": ("a file path", lambda v: isinstance(v, str) and bool(v))},
-    "nccl": {key: ("a positive number", _positive_number)
-             for key in ("all_reduce_busbw_gbs", "all_reduce_busbw_ring_gbs", "inter_node_busbw_per_nic_gbs")},
+    "nccl": {**{key: ("a positive number", _positive_number)
+                for key in ("all_reduce_busbw_gbs", "all_reduce_busbw_ring_gbs", "inter_node_busbw_per_nic_gbs",
+                            # a site baseline's own lines and what its figure was measured on
+                            # (preflight/knowledge/site_profile.py)
+                            "all_reduce_busbw_warn_gbs", "all_reduce_busbw_fail_gbs")},
+             "all_reduce_ranks": ("a whole number", _count), "all_reduce_bytes": ("a whole number", _count),
+             "all_reduce_gpu_model": ("a string", lambda v: isinstance(v, str) and bool(v))},
 }
 
 
@@ -114,10 +121,29 @@ def _schema_error(data: dict) -> str | None:
             kind, ok = keys[key]
             if item is not None and not ok(item):
                 return f"field '{section}.{key}' must be {kind}, not {item!r}"
+    lines = _site_lines_error(data.get("nccl") or {})
+    if lines:
+        return lines
     sources = data.get("sources")
     if sources is not None and (not isinstance(sources, dict)
                                 or not all(isinstance(v, str) for v in sources.values())):
         return "field 'sources' must map keys to strings"
+    return None
+
+
+def _site_lines_error(nccl: dict) -> str | None:
+    """A site baseline's warn and fail lines come together, under a figure, in that order
+    (preflight/knowledge/site_profile.py): one alone would leave the check on the other rule."""
+    warn, fail = nccl.get("all_reduce_busbw_warn_gbs"), nccl.get("all_reduce_busbw_fail_gbs")
+    figure = nccl.get("all_reduce_busbw_gbs")
+    if warn is None and fail is None:
+        return None
+    if warn is None or fail is None or figure is None:
+        return ("fields 'nccl.all_reduce_busbw_warn_gbs' and 'nccl.all_reduce_busbw_fail_gbs' go together, "
+                "with 'nccl.all_reduce_busbw_gbs'")
+    if not fail < warn <= figure:
+        return (f"field 'nccl.all_reduce_busbw_fail_gbs' ({fail}) must be below 'nccl.all_reduce_busbw_warn_gbs' "
+                f"({warn}), and that at most 'nccl.all_reduce_busbw_gbs' ({figure})")
     return None
 
 
@@ -146,8 +172,14 @@ def load_profiles(extra_files: list[Path] = ()) -> dict[str, Profile]:
     return profiles
 
 
-def detect(profiles: dict[str, Profile], gpu_names: list[str]) -> Profile:
-    """Choose the profile for a host from the product names of its GPUs."""
+def detect(profiles: dict[str, Profile], gpu_names: list[str], *, source: str | None = None,
+           pci_device_ids: tuple[int, ...] = ()) -> Profile:
+    """Choose the profile for a host from the product names of its GPUs, else from their PCI
+    device ids (a profile's ``gpu.pci_device_id``). ``source`` names the command the names
+    came from, for the reason shown with the verdict (none for nvidia-smi -q, the usual one)."""
+    where = f" in {source}" if source else ""
+    if not gpu_names and pci_device_ids:
+        return _detect_by_pci(profiles, pci_device_ids)
     if not gpu_names:
         return profiles[GENERIC].chosen("no GPU model known: generic checks only")
     model = max(set(gpu_names), key=gpu_names.count)
@@ -158,7 +190,24 @@ def detect(profiles: dict[str, Profile], gpu_names: list[str]) -> Profile:
         min_gpus = p.get("match.min_gpus", 1)
         if len(gpu_names) < min_gpus:
             return profiles[GENERIC].chosen(
-                f"{len(gpu_names)} x {model} is not a {p.name} (needs at least {min_gpus} GPUs): generic checks only"
+                f"{len(gpu_names)} x {model}{where} is not a {p.name} (needs at least {min_gpus} GPUs): "
+                "generic checks only"
             )
-        return p.chosen(f"detected from GPU model {model!r}")
-    return profiles[GENERIC].chosen(f"no profile matches {model!r}: generic checks only")
+        return p.chosen(f"detected from GPU model {model!r}{where}")
+    return profiles[GENERIC].chosen(f"no profile matches {model!r}{where}: generic checks only")
+
+
+def _detect_by_pci(profiles: dict[str, Profile], ids: tuple[int, ...]) -> Profile:
+    """lspci lists the GPUs by device id where no tool named them; the profile whose sourced
+    ``gpu.pci_device_id`` is the commonest id is the platform."""
+    device = max(set(ids), key=ids.count)
+    for p in profiles.values():
+        if p.get("gpu.pci_device_id") != device:
+            continue
+        min_gpus = p.get("match.min_gpus", 1)
+        if len(ids) < min_gpus:
+            return profiles[GENERIC].chosen(
+                f"{len(ids)} x PCI device {device:#06x} (lspci) is not a {p.name} "
+                f"(needs at least {min_gpus} GPUs): generic checks only")
+        return p.chosen(f"detected from PCI device id {device:#06x} of {len(ids)} GPUs in lspci")
+    return profiles[GENERIC].chosen(f"no profile has PCI device id {device:#06x} (lspci): generic checks only")

@@ -11,7 +11,8 @@ columns after the contract's may follow, readers must ignore those they do not k
   power_limit_w, utilization_pct, memory_used_mib, clocks_event_reasons), then the GPU's slowdown
   threshold (``slowdown_temperature_c``, which preflight.soak.data understands), memory
   utilisation, volatile ECC totals, remapped-row counts and the clocks-event reasons' cumulative
-  time counters (ns; read every ``sampler.COUNTERS_EVERY_S``, empty in between). Any other empty
+  time counters (ns). Those counts, memory used and the memory clock are read every
+  ``sampler.SLOW_EVERY_S`` and empty in between. Any other empty
   cell is "not available on this GPU/driver"; a GPU that stops answering (fallen off the bus)
   gets no more rows rather than rows of empty cells.
 - ``throughput.csv``: ``ThroughputRow``s (time, host, metric, value, gpu): per engine window, the

@@ -23,23 +23,31 @@ try:
 except ImportError:  # a shipped copy, run from the agent's directory
     from records import EventRow, GpuSample
 
-# Field-value columns, read in one nvmlDeviceGetFieldValues call per GPU per tick. A constant
-# missing from an older nvidia-ml-py simply leaves its column empty.
-_FIELDS = (
-    ("memory_temperature_c", "NVML_FI_DEV_MEMORY_TEMP"),
+# What one tick costs is set by how many NVML calls it makes (each is a driver round trip, and on
+# a VM slice tens of us of CPU), so a tick makes as few as the readings allow: every figure NVML
+# offers as a field value comes from one nvmlDeviceGetFieldValues call per GPU, and readings that
+# change slowly (memory in use, the memory clock, ECC and row-remap counts, the clocks-event time
+# counters) are read only every SLOW_EVERY_S, their cells empty in between.
+SLOW_EVERY_S = 5.0
+# Field values read every tick: (column, field constant, scale, the call that stands in where a
+# driver lacks the field). Power fields are in mW. NVML_FI_DEV_POWER_AVERAGE is the 1 s average
+# that nvmlDeviceGetPowerUsage returns on Ampere and newer (NVML API reference, nvmlDeviceGetPowerUsage
+# and the NVML_FI_DEV_POWER_* field ids); older GPUs lack it and fall back to the call.
+_FAST_FIELDS = (
+    ("power_w", "NVML_FI_DEV_POWER_AVERAGE", 1e-3, "nvmlDeviceGetPowerUsage"),
+    ("power_limit_w", "NVML_FI_DEV_POWER_CURRENT_LIMIT", 1e-3, "nvmlDeviceGetEnforcedPowerLimit"),
+    ("memory_temperature_c", "NVML_FI_DEV_MEMORY_TEMP", 1, None),
+)
+# Field values read every SLOW_EVERY_S. The clocks-event reasons' cumulative time counters are ns
+# (nvidia-smi -q shows the same in us); on an H200 (driver 580) the HW thermal and HW power brake
+# ones cost about 1 ms of CPU each, which alone would be a whole tick's budget.
+_SLOW_FIELDS = (
     ("ecc_sbe_volatile", "NVML_FI_DEV_ECC_SBE_VOL_TOTAL"),
     ("ecc_dbe_volatile", "NVML_FI_DEV_ECC_DBE_VOL_TOTAL"),
     ("remapped_rows_correctable", "NVML_FI_DEV_REMAPPED_COR"),
     ("remapped_rows_uncorrectable", "NVML_FI_DEV_REMAPPED_UNC"),
     ("remapped_rows_pending", "NVML_FI_DEV_REMAPPED_PENDING"),
     ("remapped_rows_failure", "NVML_FI_DEV_REMAPPED_FAILURE"),
-)
-# The clocks-event reasons' cumulative time counters (ns; nvidia-smi -q shows the same in us).
-# On an H200 (driver 580) reading the HW thermal and HW power brake ones costs about 1 ms of CPU
-# each against tens of us for every other reading, so the counters are read only every
-# COUNTERS_EVERY_S (empty cells in between); every row still carries the instant bitmask.
-COUNTERS_EVERY_S = 5.0
-_COUNTERS = (
     ("sw_power_cap_ns", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP"),
     ("sync_boost_ns", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST"),
     ("sw_thermal_ns", "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN"),
@@ -67,6 +75,10 @@ _EVENTS = (
 )
 
 
+def _scaled(value, scale: float):
+    return value if scale == 1 else round(value * scale, 3)
+
+
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -79,16 +91,22 @@ class Sampler:
     ``errors`` for the heartbeat, so one flaky reading never stops the soak.
     """
 
-    def __init__(self, nvml, host: str):
+    def __init__(self, nvml, host: str, clock=time.time):
         self.nvml = nvml
         self.host = host
+        self.clock = clock
         nvml.nvmlInit()
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         self._unsupported: set[tuple[int, str]] = set()
         self._reasons_call: dict[int, str] = {}
-        self._fields = [(col, getattr(nvml, name)) for col, name in _FIELDS if hasattr(nvml, name)]
-        self._counters = [(col, getattr(nvml, name)) for col, name in _COUNTERS if hasattr(nvml, name)]
-        self._counters_due: dict[int, float] = {}
+        self._fast = [(col, getattr(nvml, name), scale) for col, name, scale, _ in _FAST_FIELDS if hasattr(nvml, name)]
+        self._calls = {col: (call, scale) for col, _, scale, call in _FAST_FIELDS if call}
+        # Per GPU, the fast columns read through their call: the binding lacks the field's constant,
+        # or the GPU did not answer the field.
+        no_constant = {col for col, name, _, call in _FAST_FIELDS if call and not hasattr(nvml, name)}
+        self._by_call = {gpu: set(no_constant) for gpu in range(len(self.handles))}
+        self._slow = [(col, getattr(nvml, name)) for col, name in _SLOW_FIELDS if hasattr(nvml, name)]
+        self._slow_due: dict[int, float] = {}
         self._unsupported_codes = tuple(getattr(nvml, c) for c in (
             "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_DEPRECATED") if hasattr(nvml, c))
         self.errors: list[str] = []
@@ -122,45 +140,48 @@ class Sampler:
                 return int(value)
         return None
 
-    def _field_values(self, gpu: int, now: float) -> dict[str, int | float | None]:
-        wanted = self._fields
-        if now >= self._counters_due.get(gpu, 0.0):
-            self._counters_due[gpu] = now + COUNTERS_EVERY_S
-            wanted = wanted + self._counters
-        if not wanted:
-            return {}
-        values = self._call(gpu, "fields", "nvmlDeviceGetFieldValues", [fid for _, fid in wanted])
-        if values is None:
-            return {}
-        out = {}
-        for (col, _), v in zip(wanted, values):  # noqa: B905 - one value per field asked; strict= is 3.10+
-            member = _VALUE_MEMBER.get(v.valueType)
-            if v.nvmlReturn == 0 and member:
-                out[col] = getattr(v.value, member)
+    def _field_values(self, gpu: int, slow: bool) -> dict[str, int | float | None]:
+        by_call = self._by_call[gpu]
+        wanted = [(col, fid, scale) for col, fid, scale in self._fast if col not in by_call]
+        if slow:
+            wanted += [(col, fid, 1) for col, fid in self._slow]
+        ids = [fid for _, fid, _ in wanted]
+        values = self._call(gpu, "fields", "nvmlDeviceGetFieldValues", ids) if ids else None
+        no_fields = values is None and (gpu, "fields") in self._unsupported
+        out: dict[str, int | float | None] = {}
+        for (col, _, scale), v in zip(wanted, values or [None] * len(wanted)):  # noqa: B905 - strict= is 3.10+
+            member = v is not None and v.nvmlReturn == 0 and _VALUE_MEMBER.get(v.valueType)
+            if member:
+                out[col] = _scaled(getattr(v.value, member), scale)
+            elif col in self._calls and (v is not None or no_fields):
+                by_call.add(col)  # a one-off failure of the whole call only empties this tick
+        for col in by_call:
+            call, scale = self._calls[col]
+            value = self._call(gpu, col, call)
+            out[col] = None if value is None else _scaled(value, scale)
         return out
 
     def sample(self, gpu: int) -> GpuSample | None:
         n = self.nvml
         errors_before = len(self.errors)
-        now = time.time()
-        power = self._call(gpu, "power", "nvmlDeviceGetPowerUsage")
-        limit = self._call(gpu, "limit", "nvmlDeviceGetEnforcedPowerLimit")
+        now = self.clock()
+        slow = now >= self._slow_due.get(gpu, 0.0)
+        if slow:
+            self._slow_due[gpu] = now + SLOW_EVERY_S
         util = self._call(gpu, "util", "nvmlDeviceGetUtilizationRates")
-        mem = self._call(gpu, "mem", "nvmlDeviceGetMemoryInfo")
+        mem = self._call(gpu, "mem", "nvmlDeviceGetMemoryInfo") if slow else None
         row = {
             "temperature_c": self._call(gpu, "temp", "nvmlDeviceGetTemperature", n.NVML_TEMPERATURE_GPU),
             "sm_clock_mhz": self._call(gpu, "sm", "nvmlDeviceGetClockInfo", n.NVML_CLOCK_SM),
-            "memory_clock_mhz": self._call(gpu, "memclk", "nvmlDeviceGetClockInfo", n.NVML_CLOCK_MEM),
-            "power_w": None if power is None else round(power / 1000, 3),
-            "power_limit_w": None if limit is None else round(limit / 1000, 3),
+            "memory_clock_mhz": self._call(gpu, "memclk", "nvmlDeviceGetClockInfo", n.NVML_CLOCK_MEM) if slow else None,
             "utilization_pct": None if util is None else util.gpu,
             "memory_utilization_pct": None if util is None else util.memory,
             "memory_used_mib": None if mem is None else mem.used // (1 << 20),
             "clocks_event_reasons": self._reasons(gpu),
             "slowdown_temperature_c": self.gpus[gpu]["slowdown_c"],
-            **self._field_values(gpu, now),
+            **self._field_values(gpu, slow),
         }
-        if len(self.errors) > errors_before and all(row[k] is None for k in _CORE):
+        if len(self.errors) > errors_before and all(row.get(k) is None for k in _CORE):
             return None  # the GPU stopped answering; its rows stop here
         return GpuSample(time=round(now, 3), host=self.host, gpu=gpu, **row)
 

@@ -51,6 +51,16 @@ Mellanox / NVIDIA ConnectX (mlx5)
 - ``mlx5-probe-failed``: ``handle_hca_cap failed``, ``mlx5_load_one failed with error code -22``,
   ``mlx5_core: probe of <bdf> failed with error -22``; ``code`` is the errno when printed.
 - ``mlx5-fw-version``: ``firmware version: 28.39.1002`` at probe, or ``fw_ver`` in a health dump.
+- ``mlx5-pcie-power-insufficient``: ``Detected insufficient power on the PCIe slot (27W).``
+  (mlx5 ``events.c`` ``mlx5_pcie_event``, printed as a warning); ``detail`` is the wattage the
+  slot advertised. The info-level siblings ``PCIe slot advertised sufficient power (75W).`` and
+  ``PCIe slot power capability was not advertised.`` are no fault and not matched.
+- ``mlx5-module-error``: ``Port module event[error]: module 0, Cable error, High Temperature``
+  (``events.c`` ``port_module``, printed as an error); ``code`` is the module (cage) number and
+  ``detail`` the firmware's error text (``Power budget exceeded``, ``Bus stuck (I2C or data
+  shorted)``, ``Bad or shorted cable/module``, ``One or more network ports have been powered
+  down due to insufficient/unadvertised power on the PCIe slot``, ...). ``Port module event:
+  module 0, Cable plugged`` (no ``[error]``) is not matched.
 - ``module-symbol-mismatch``: ``disagrees about version of symbol X`` / ``Unknown symbol X (err
   -22)``: a module built against another kernel or driver stack (inbox vs OFED/DOCA, DKMS).
   ``driver`` is the module that failed to load.
@@ -256,6 +266,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"^mlx5_core (?P<device><BDF>): (?:firmware version:|fw_ver) "
          r"(?P<version>\d+\.\d+\.\d+)\b",
          "the NIC firmware version the driver read"),
+    _sig("mlx5-pcie-power-insufficient",
+         r"Detected insufficient power on the PCIe slot \((?P<detail>\d+W)\)",
+         "the PCIe slot advertises less power than the NIC needs"),
+    _sig("mlx5-module-error",
+         r"Port module event\[error\]: module (?P<code>\d+), [^,]+, (?P<detail>.+?)\s*$",
+         "the NIC firmware reports an error on a port's cable or transceiver module"),
     _sig("module-symbol-mismatch",
          r"^(?P<driver>[\w-]+): disagrees about version of symbol (?P<detail>\S+)",
          "a module built for another kernel or driver stack"),

@@ -20,6 +20,14 @@ Real variants handled:
 - LnkCap2/LnkSta2 lines (supported speeds vector, equalisation state) are not mistaken for
   LnkCap/LnkSta.
 
+Identity: ``vendor_id``/``device_id`` are read from the header when it carries them: the
+``[10de:3182]`` of ``lspci -nn``, or the ``NVIDIA Corporation Device 3182`` that lspci prints
+when its pci.ids is older than the device (seen on B300 hosts). A header lspci could name
+("GH100 [H100 SXM5 80GB]") carries no id, and none is guessed from the name; its bracketed
+pci.ids name is kept as ``product``.
+``device_class`` is the text before the colon ("3D controller"); ``nvidia_gpus`` picks the
+NVIDIA display-class devices, which leaves out NVSwitches (class "Bridge") and audio functions.
+
 A link below its capability is not always a fault: GPUs drop to 2.5GT/s when idle to save
 power. Judging that is the check's job; the parser reports what lspci printed.
 """
@@ -36,6 +44,13 @@ _LINK_LINE = re.compile(r"\s*(LnkCap|LnkSta):\s*(.*)")
 _SPEED = re.compile(r"Speed\s+(unknown|\d+(?:\.\d+)?)(?:GT/s)?(?:\s*\((\w+)\))?")
 _WIDTH = re.compile(r"Width\s+x(\d+)(?:\s*\((\w+)\))?")
 _GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
+_NN_ID = re.compile(r"\[([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\]")
+_BRACKETED = re.compile(r"\[([^\]]+)\]")
+_UNNAMED = re.compile(r"(NVIDIA Corporation|Mellanox Technologies) Device ([0-9a-fA-F]{4})\b")
+# Vendor names lspci prints, for headers without -nn; only the vendors preflight judges.
+_VENDORS = {"NVIDIA Corporation": 0x10DE, "Mellanox Technologies": 0x15B3}
+NVIDIA = 0x10DE
+_DISPLAY_CLASSES = ("3D controller", "VGA compatible controller", "Display controller")
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,10 @@ class PciDevice:
     speed_downgraded: bool | None
     width_downgraded: bool | None
     notes: tuple[str, ...] = ()
+    vendor_id: int | None = None
+    device_id: int | None = None
+    device_class: str | None = None
+    product: str | None = None  # pci.ids' bracketed name ("H100 SXM5 80GB"), where lspci printed one
 
     @property
     def downgraded(self) -> bool | None:
@@ -131,7 +150,36 @@ def _device(builder: _Builder) -> PciDevice:
         speed_downgraded=_downgraded("speed", speed_note, sta_speed, cap_speed, notes),
         width_downgraded=_downgraded("width", width_note, sta_width, cap_width, notes),
         notes=tuple(notes),
+        **_identity(builder.description),
     )
+
+
+def _identity(description: str | None) -> dict:
+    """vendor_id, device_id and device_class from a header's description, where it says them."""
+    if not description:
+        return {}
+    device_class, _, rest = description.partition(":")
+    out: dict = {"device_class": re.sub(r"\s*\[[0-9a-fA-F]{4}\]$", "", device_class.strip())}
+    ids = _NN_ID.findall(rest)
+    unnamed = _UNNAMED.search(rest)
+    named = [b for b in _BRACKETED.findall(rest) if not _NN_ID.fullmatch(f"[{b}]")]
+    if named:
+        out["product"] = named[-1]
+    if ids:
+        # The device's own [vendor:device] is the last bracket pair before "(rev ..)".
+        vendor, device = ids[-1]
+        out.update(vendor_id=int(vendor, 16), device_id=int(device, 16))
+    elif unnamed:
+        out.update(vendor_id=_VENDORS[unnamed.group(1)], device_id=int(unnamed.group(2), 16))
+    else:
+        vendor = next((v for name, v in _VENDORS.items() if rest.strip().startswith(name)), None)
+        out["vendor_id"] = vendor
+    return out
+
+
+def nvidia_gpus(devices: tuple[PciDevice, ...]) -> tuple[PciDevice, ...]:
+    """The NVIDIA GPUs among the devices: display-class functions of vendor 0x10de."""
+    return tuple(d for d in devices if d.vendor_id == NVIDIA and d.device_class in _DISPLAY_CLASSES)
 
 
 def _link_fields(

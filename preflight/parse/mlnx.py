@@ -14,7 +14,10 @@ Inputs, as real captures show them:
   ``MLNX_OFED_LINUX-4.5-1.0.1.0 (OFED-4.5-1.0.1):`` followed by package lists.
 - ``mlxfwmanager --query`` and ``mlxup --query``: ``Device #N:`` blocks with ``Key: value``
   lines, a ``Versions: Current Available`` table (``N/A`` where nothing is available) and a
-  ``Status:``; ``--query-format XML`` gives ``<Device pciName= type= psid= partNumber=>``
+  ``Status:``. The table's ``FW`` row is the firmware on the flash; a ``FW (Running)`` row
+  follows (not always next) only when the NIC still runs another one, i.e. new firmware was
+  burnt and the NIC not reset since (MFT's ``mlxfwmanager`` adds that row only when the running
+  version differs from the flashed one); ``--query-format XML`` gives ``<Device pciName= type= psid= partNumber=>``
   elements; ``flint``/``mstflint ... q`` gives ``FW Version:``, ``PSID:``, ``Rom Info:`` for one
   device. Tool errors (``-E- Cannot open Device: ... MFE_CR_ERROR``) become notes.
 """
@@ -236,9 +239,12 @@ def parse_ofed_info(text: str) -> OfedInfo:
 
 # --- mlxfwmanager / mlxup / flint ---------------------------------------------------------
 
+RUNNING_FW = "FW (Running)"
+
+
 @dataclass(frozen=True)
 class FirmwareComponent:
-    """One row of the Versions table: FW, PXE, UEFI, CLP. ``available`` is None for N/A."""
+    """One row of the Versions table: FW, FW (Running), PXE, UEFI, CLP. ``available`` is None for N/A."""
 
     name: str
     current: str | None
@@ -272,6 +278,19 @@ class FirmwareDevice:
     def fw_available(self) -> str | None:
         fw = self.component("FW")
         return fw.available if fw else None
+
+    @property
+    def fw_running(self) -> str | None:
+        """The firmware the NIC runs: the ``FW (Running)`` row where there is one, else the
+        flashed ``FW``, which the tool then reports as running too."""
+        running = self.component(RUNNING_FW)
+        return running.current if running and running.current else self.fw_current
+
+    @property
+    def reset_pending(self) -> bool:
+        """New firmware on the flash that the NIC does not run yet (it needs a reset)."""
+        running = self.component(RUNNING_FW)
+        return bool(running and running.current and self.fw_current and running.current != self.fw_current)
 
 
 @dataclass(frozen=True)
@@ -309,7 +328,8 @@ def parse_mlxfwmanager(text: str) -> FirmwareQuery:
 
 
 _FW_KV_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 ]*?):\s*(.*?)\s*$")
-_FW_ROW_RE = re.compile(r"^\s+([A-Z][A-Za-z0-9]*)\s+(\S+)(?:\s+(\S+))?\s*$")
+# "     FW             28.47.1026     28.47.1026", "     FW (Running)   28.46.3048     N/A".
+_FW_ROW_RE = re.compile(r"^\s+([A-Z][A-Za-z0-9]*(?: \([A-Za-z]+\))?)\s+(\S+)(?:\s+(\S+))?\s*$")
 _FW_FIELDS = {
     "Device Type": "device_type", "Part Number": "part_number", "Description": "description",
     "PSID": "psid", "PCI Device Name": "pci_name", "Base MAC": "base_mac",
@@ -429,6 +449,6 @@ def _parse_flint(text: str) -> FirmwareQuery:
 
 
 __all__ = [
-    "EthtoolInfo", "FirmwareComponent", "FirmwareDevice", "FirmwareQuery", "ModInfo", "OfedInfo",
+    "RUNNING_FW", "EthtoolInfo", "FirmwareComponent", "FirmwareDevice", "FirmwareQuery", "ModInfo", "OfedInfo",
     "parse_ethtool_i", "parse_mlxfwmanager", "parse_modinfo", "parse_ofed_info",
 ]

@@ -16,6 +16,9 @@ or, in place of link lines, one line saying why there are none. Real variants ha
   nodes with dead links): each gets its own ``reason``;
 - ``-e`` counter names as printed by the driver (Replay/Recovery/CRC on Hopper, CRC Flit and
   CRC Data on older parts), blank lines between links, and pasted excerpts with elisions;
+- a pasted excerpt whose elided part is a line of dots (``....`` before ``GPU 3:`` in
+  Azure/azhpc-diagnostics#73): noted in ``notes`` as an elision, so a reader does not take
+  the GPUs listed for all the GPUs of the node (``excerpt`` is then True);
 - empty output (see below).
 
 Empty output is a result, not a ParseError. A 1-GPU H200 VM printed nothing at all for
@@ -46,6 +49,8 @@ _THROUGHPUT = re.compile(r"Data [TR]x:", re.IGNORECASE)
 _DCGMI = re.compile(r"NvLink Link Status|^\s*gpuId \d+:", re.MULTILINE)
 
 _EMPTY_NOTE = "empty output: nvidia-smi listed no GPU (seen on a 1-GPU VM); NVLink state unknown"
+_ELISION = re.compile(r"\.{3,}|\u2026")
+ELIDED_NOTE = "lines elided (a pasted excerpt): the GPUs listed may not be all the node's GPUs"
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,11 @@ class NvlinkGpu:
 class NvlinkStatus:
     gpus: tuple[NvlinkGpu, ...]
     notes: tuple[str, ...] = ()
+
+    @property
+    def excerpt(self) -> bool:
+        """True when the text had elided lines: its GPU list need not be complete."""
+        return ELIDED_NOTE in self.notes
 
 
 @dataclass(frozen=True)
@@ -206,7 +216,10 @@ def _blocks(text: str, notes: list[str]) -> list[_Block]:
     for line in text.splitlines():
         header = _GPU_HEADER.fullmatch(line.strip())
         link = _LINK.fullmatch(line)
-        if header:
+        if _ELISION.fullmatch(line.strip()):
+            if ELIDED_NOTE not in notes:
+                notes.append(ELIDED_NOTE)
+        elif header:
             blocks.append(_gpu_block(header))
         elif link:
             if not blocks:

@@ -133,9 +133,44 @@ def test_one_gpu_vm_is_skipped():
         assert f.summary == "1 GPU: NVSwitch fabric not applicable (NVML reports no fabric for a lone GPU)"
 
 
-def test_generic_profile_is_skipped():
+def test_generic_profile_passes_over_a_registered_fabric():
     [f] = fabric({SMI: h100_node_text()}, "generic")
+    assert (f.status, f.summary) == (Status.SKIP, "no NVSwitch fabric expected on this platform, and no "
+                                                  "failed registration reported: test")
+
+
+def test_generic_profile_without_smi_is_skipped():
+    [f] = fabric({STATUS: node_nvlink_status()}, "generic")
     assert (f.status, f.summary) == (Status.SKIP, "no NVSwitch fabric expected on this platform: test")
+
+
+def test_generic_profile_fails_a_completed_registration_with_a_failed_status():
+    # The driver's own verdict needs no platform figure: "Insufficient Resources" on GPU4
+    # (Azure/azhpc-images#506), "Unknown Error" on GPU2 (aws/eks-node-monitoring-agent#141).
+    smi = with_fabric(with_fabric(h100_node_text(), gpus=[4], Status="Insufficient Resources"),
+                      gpus=[2], Status="Unknown Error")
+    [f] = fabric({SMI: smi}, "generic")
+    assert f.status is Status.FAIL and f.symptoms == ("fabric-manager-down",)
+    assert f.summary.startswith("fabric status Unknown Error on 1 of 8 GPUs (GPU2); "
+                                "fabric status Insufficient Resources on 1 of 8 GPUs (GPU4) (reported by the driver")
+    assert set(f.evidence[0].excerpt.splitlines()) == {
+        "Status                                         : Insufficient Resources",
+        "Status                                         : Unknown Error"}
+    [d] = diagnose([f], load_knowledge())
+    assert d.cause == "fabric-manager-down" and "nvidia-imex" in d.action
+
+
+def test_generic_profile_fails_an_unhealthy_fabric_summary():
+    [f] = fabric({SMI: with_fabric(h100_node_text(), gpus=[1], Summary="Unhealthy")}, "generic")
+    assert f.status is Status.FAIL and f.symptoms == ("nvlink-fabric-degraded",)
+    assert f.summary.startswith("fabric health Unhealthy on 1 of 8 GPUs (GPU1)")
+
+
+def test_generic_profile_leaves_a_state_in_progress_alone():
+    # In Progress needs the platform to mean anything: a dead FM on HGX (NVSentinel#889) and a
+    # platform that has no fabric to register cannot be told apart without a profile.
+    [f] = fabric({SMI: with_fabric(h100_node_text(), State="In Progress")}, "generic")
+    assert f.status is Status.SKIP
 
 
 def test_smi_not_collected_is_not_judged():

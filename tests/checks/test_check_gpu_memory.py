@@ -44,9 +44,10 @@ def test_real_healthy_single_gpus_pass(probe, text):
     assert f.status is Status.PASS and f.summary.startswith("1 GPU: no uncorrectable ECC error")
 
 
-def test_real_a100_pending_remap_warns_with_a_reset_action():
+def test_real_a100_pending_remap_fails_with_a_reset_action():
+    # DCGM's diagnostic fails a GPU whose row remap is pending (docs/sources.md §5.3).
     [f] = memory({"nvidia-smi-q": A100_PENDING})
-    assert f.status is Status.WARN
+    assert f.status is Status.FAIL
     assert f.symptoms == ("gpu-row-remap",)
     assert "row remapping pending on 1 of 1 GPUs: GPU0 00000000:10:1C.0 (Remapped Rows Pending: Yes" in f.summary
     # The 177 DRAM correctable errors of that capture are shown, not judged.
@@ -82,8 +83,8 @@ def test_lifetime_uncorrectable_alone_is_history_not_a_fault():
      "RMA the GPU"),
     ({"sram_threshold_exceeded": "Yes"}, "SRAM uncorrectable-error threshold exceeded", Status.FAIL,
      "field diagnostics"),
-    ({"remapped_row_pending": "Yes"}, "row remapping pending", Status.WARN, "nvidia-smi -r -i 4"),
-    ({"pending_retirement": "Yes"}, "retired pages pending", Status.WARN, "nvidia-smi -r -i 4"),
+    ({"remapped_row_pending": "Yes"}, "row remapping pending", Status.FAIL, "nvidia-smi -r -i 4"),
+    ({"pending_retirement": "Yes"}, "retired pages pending", Status.FAIL, "nvidia-smi -r -i 4"),
 ])
 def test_each_memory_fault(values, what, status, needle):
     [f] = memory(node(4, **values))
@@ -97,7 +98,7 @@ def test_several_faults_give_one_outcome_each_most_severe_first():
     xml = with_gpu_values(xml, 6, {"remapped_row_pending": "Yes", "volatile/dram_uncorrectable": "1"})
     fs = memory({"nvidia-smi-q-x": xml})
     assert [(f.status, f.symptoms) for f in fs] == [(Status.FAIL, ("gpu-ecc-uncorrectable",)),
-                                                     (Status.WARN, ("gpu-row-remap",))]
+                                                     (Status.FAIL, ("gpu-row-remap",))]
     assert "on 2 of 8 GPUs: GPU1 00000000:2A:00.0" in fs[1].summary and "GPU6 00000000:BA:00.0" in fs[1].summary
     assert fs[1].action.endswith("(N = 1, 6, one call each)")
 
@@ -130,7 +131,7 @@ def test_reset_healthy_node_and_real_captures_pass():
     assert f.status is Status.PASS
 
 
-def test_reset_required_fails_and_drain_recommended_warns():
+def test_reset_required_and_drain_recommended_both_fail():
     # The real 535 A100 capture with one Yes/No value of its GPU Reset Status flipped.
     [f] = reset({"nvidia-smi-q-x": A100_XML.replace("<reset_required>No<", "<reset_required>Yes<")})
     assert (f.status, f.symptoms) == (Status.FAIL, ("gpu-recovery-action",))
@@ -138,7 +139,9 @@ def test_reset_required_fails_and_drain_recommended_warns():
     assert "nvidia-smi -r -i 0" in f.action
     [f] = reset({"nvidia-smi-q-x": A100_XML.replace("<drain_and_reset_recommended>No<",
                                                     "<drain_and_reset_recommended>Yes<")})
-    assert f.status is Status.WARN and "Drain and Reset Recommended: Yes" in f.summary
+    # DCGM: "Do not schedule new work on this GPU" (DCGM_FR_GPU_RECOVERY_DRAIN_RESET).
+    assert f.status is Status.FAIL and "Drain and Reset Recommended: Yes" in f.summary
+    assert "drain the GPU's jobs, then stop the GPU processes" in f.action
 
 
 @pytest.mark.parametrize("action, status, step", [
@@ -174,6 +177,6 @@ def test_reset_without_evidence():
 def test_recovery_action_caused_by_a_pending_remap_diagnoses_the_remap_only():
     host = make_host(node(4, remapped_row_pending="Yes", gpu_recovery_action="Reset"), "hgx-h200")
     findings = run_check("gpu-memory", host) + run_check("gpu-reset", host)
-    assert [f.status for f in findings] == [Status.WARN, Status.FAIL]
+    assert [f.status for f in findings] == [Status.FAIL, Status.FAIL]
     [d] = diagnose(findings, load_knowledge())
     assert (d.cause, d.symptoms) == ("gpu-row-remap", ("gpu-recovery-action", "gpu-row-remap"))

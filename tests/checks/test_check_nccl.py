@@ -96,11 +96,14 @@ CORPUS_CASES = [
      "busbw 235.3 GB/s at 8 GiB on 8 GPUs; profile generic has no all_reduce figure"),
     ("nccl-tests/a100-sxm4-40gb-8gpu-alltoall-old-format-empty-redop.txt", "pass", (),
      "busbw 226.2 GB/s at 8 GiB on 8 GPUs; a non-reduction (redop empty) run"),
-    # Cut by the excerpt before its footer: without markers that reads as a hang.
-    ("nccl-tests/allreduce-128gpu-old-format-error-column-float-1e-06.txt", "fail", ("nccl-hang",),
-     "stopped before its 'Avg bus bandwidth' footer"),
-    ("nccl-tests/allreduce-2node-v100-not-built-with-mpi-duplicate-headers.txt", "fail", ("nccl-hang",),
-     "1 of 1 repetitions hung"),
+    # Cut by the excerpt before its footer, with no timeout recorded: incomplete, not a hang
+    # (issue 15, item 6; a hang needs a limit that was hit, see the tests below).
+    ("nccl-tests/allreduce-128gpu-old-format-error-column-float-1e-06.txt", "error", ("nccl-incomplete",),
+     "ended after 6 result rows (up to 131072 B) without its 'Avg bus bandwidth' footer, and no timeout "
+     "was recorded"),
+    ("nccl-tests/allreduce-2node-v100-not-built-with-mpi-duplicate-headers.txt", "error", ("nccl-incomplete",),
+     "incomplete evidence, not a hang: 1 of 1 repetitions ended without their results (#1: ended after "
+     "the device list (2 ranks), before any result row"),
     ("nccl-tests/alltoall-1gpu-rtx5090-inplace-na-absurd-algbw.txt", "skip", (),
      "single GPU: bandwidth not applicable"),
     ("nccl-tests/azure-ib-error12-retry-exceeded-nccl-warn.txt", "fail", ("nccl-ib-retry-exceeded",),
@@ -117,8 +120,8 @@ CORPUS_CASES = [
      "queue-pair connection timed out"),
     ("nccl-tests/jean-zay-nccl-warn-socket-connect-refused.txt", "fail", ("nccl-socket-refused",),
      "a TCP connection to a peer was refused"),
-    ("nccl-tests/l40-2node-roce-irdma-nccl-info-init-excerpt.txt", "fail", ("nccl-hang",),
-     "1 of 1 repetitions hung"),
+    ("nccl-tests/l40-2node-roce-irdma-nccl-info-init-excerpt.txt", "error", ("nccl-incomplete",),
+     "ended after the device list (1 rank), before any result row"),
     ("nccl-tests/roce-nccl-info-gpu-direct-rdma-disabled-for-hca.txt", "error", ("nccl-gdr-disabled",),
      "GPUDirect RDMA is off between a GPU and this NIC (2 lines)"),
     ("nccl-tests/v100-2gpu-cross-socket-allreduce-32mb-low-busbw.txt", "pass", (),
@@ -425,3 +428,33 @@ def test_probe_script_falls_back_to_torch_then_to_127(tmp_path):
     assert proc.stderr == "all_reduce_perf not found (in PATH) and python3 cannot import torch\n"
     (bin_dir / "nvidia-smi").unlink()
     assert _run_probe(bin_dir, NcclOptions(reps=1, timeout_s=5)).returncode == 127
+
+
+# ------------------------------------------------------------ no result is not a hang (issue 15)
+
+V100_CUT = (CORPUS / "nccl-tests" / "allreduce-2node-v100-not-built-with-mpi-duplicate-headers.txt").read_text()
+
+
+def test_output_ending_after_the_device_list_with_exit_0_is_incomplete_not_a_hang():
+    # The real capture ends after the device list; the probe recorded exit 0 and no timeout.
+    f = judge(result(PROBE_ID, V100_CUT, exit_code=0, timed_out=False), "generic")
+    assert (f.status, f.symptoms) == (Status.ERROR, ("nccl-incomplete",))
+    assert "not a hang" in f.summary and "no timeout was recorded" in f.summary
+    assert f.evidence[0].excerpt.splitlines()[-1].startswith("#       size")
+    [d] = diagnose([f], load_knowledge())
+    assert d.cause == "nccl-incomplete"
+
+
+def test_the_same_output_cut_by_the_probes_limit_is_a_hang():
+    f = judge(result(PROBE_ID, V100_CUT, exit_code=None, timed_out=True), "generic")
+    assert (f.status, f.symptoms) == (Status.FAIL, ("nccl-hang",))
+    assert "still running when the probe's own timeout stopped it" in f.summary
+
+
+def test_a_marked_repetition_that_exited_0_without_a_table_is_incomplete_and_not_intermittent():
+    # Two real A100 runs closed by exit=0, and a third that printed only the V100 capture's
+    # header and device list before its exit=0 marker.
+    f = judge(probe_output([(A100, 0, 30), (A100, 0, 30), (V100_CUT, 0, 2)]))
+    assert (f.status, f.symptoms) == (Status.ERROR, ("nccl-incomplete",))
+    assert "1 of 3 repetitions ended without their results (#3: exited 0 without a results table" in f.summary
+    assert "intermittent" not in f.summary

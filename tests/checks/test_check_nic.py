@@ -17,7 +17,8 @@ from derived import (
 )
 
 from preflight.diagnose.analysis import analyze
-from preflight.diagnose.engine import load_knowledge
+from preflight.diagnose.engine import diagnose, load_knowledge
+from preflight.diagnose.explain import explain
 from preflight.evidence.bundle import FORMAT, read_bundle
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.profiles import load_profiles
@@ -200,6 +201,44 @@ def test_firmware_query_captures():
                                 "not in the NIC firmware matrix (type ConnectX5, firmware 16.x)")
 
 
+CX6DX_PENDING = "mlxfw/cx6dx-mlxfwmanager-fw-running-differs-reset-pending.txt"
+CX3PRO_PENDING = "mlxfw/cx3pro-mlxfwmanager-after-flint-burn-fw-running-old.txt"
+CX6DX_PLAIN = "mlxfw/cx6dx-mlxfwmanager-fw-22.29.2002-no-running-row.txt"
+
+
+def test_flashed_but_not_running_firmware_fails_as_reset_pending():
+    # NVIDIA's own recording: flashed 22.45.3608, the NIC still runs 22.43.1020.
+    host = make_host({"mlxfwmanager": corpus(CX6DX_PENDING), "ofed-info": recorded(MLNX_24_10_3)})
+    pending, pair = run_check("nic-fw-driver-mismatch", host)
+    assert (pending.status.value, pending.symptoms) == ("fail", ("nic-firmware-reset-pending",))
+    assert pending.summary == ("new NIC firmware flashed, reset pending on 1 of 1 NICs: 03:00.0 (ConnectX6DX): "
+                               "flashed 22.45.3608, running 22.43.1020")
+    assert pending.action.startswith("load the flashed firmware: mlxfwreset -d 03:00.0 reset;")
+    assert "FW (Running)   22.43.1020" in pending.evidence[0].excerpt
+    # The pair is judged on what runs, and says what waits on the flash.
+    assert pair.data["firmware"] == "22.43.1020"
+    assert "22.45.3608 is flashed and waits for a reset (nic-firmware-reset-pending)" in pair.summary
+
+
+def test_reset_pending_after_a_flint_burn_is_seen_whatever_the_adapter():
+    found = run_check("nic-fw-driver-mismatch", make_host({"mlxfwmanager": corpus(CX3PRO_PENDING)}))
+    assert found[0].status.value == "fail" and "flashed 2.42.5700, running 2.42.5016" in found[0].summary
+
+
+@pytest.mark.parametrize("capture", [CX6DX_PLAIN, "mlxfw/cx7-mcx755106as-hea-mlxup-query-update-required.txt",
+                                     "mlxfw/cx6lx-mlxup-query-format-xml.txt"])
+def test_no_running_row_means_no_reset_pending(capture):
+    found = run_check("nic-fw-driver-mismatch", make_host({"mlxfwmanager": corpus(capture)}))
+    assert all("nic-firmware-reset-pending" not in f.symptoms for f in found)
+
+
+def test_reset_pending_diagnoses_its_own_cause_and_explain_shows_it():
+    found = run_check("nic-fw-driver-mismatch", make_host({"mlxfwmanager": corpus(CX6DX_PENDING)}))
+    causes = {d.cause: d for d in diagnose(found, load_knowledge())}
+    assert "nic-firmware-reset-pending" in causes
+    assert "mlxfwreset" in explain("nic-firmware-reset-pending", load_knowledge())
+
+
 def test_tool_error_lists_no_nic():
     host = make_host({"mlxfwmanager": corpus("mlxfw/mstflint-q-cannot-open-device-mfe-cr-error-connectx2.txt")})
     assert one(run_check("nic-fw-driver-mismatch", host), "skip").summary.startswith("no ConnectX NIC listed")
@@ -284,6 +323,16 @@ def test_one_nic_on_another_firmware_within_a_node():
 def test_different_models_are_not_compared(probe, capture, summary):
     f = one(run_check("nic-fw-inconsistent", make_host({probe: fixture(capture)})), "pass")
     assert f.summary == f"one firmware per model: {summary}" and probes_of(f) == [probe]
+
+
+def test_consistency_compares_the_running_firmware():
+    # One node runs 22.43.1020 (22.45.3608 flashed), another 22.29.2002: they differ as run.
+    pending = make_host({"mlxfwmanager": corpus(CX6DX_PENDING)}, name="a")
+    plain = make_host({"mlxfwmanager": corpus(CX6DX_PLAIN)}, name="b")
+    f = one(run_check("nic-fw-inconsistent", pending), "pass")
+    assert f.summary == "one firmware per model: 1 x ConnectX-6 Dx on 22.43.1020 (from mlxfwmanager)"
+    found = run_fleet_check("nic-fw-fleet-consistency", [pending, plain])
+    assert found[0].summary.startswith("ConnectX-6 Dx on 22.43.1020, no version has a majority")
 
 
 def test_inconsistency_check_skips_without_nics():
@@ -506,6 +555,51 @@ def test_gpu_pcie_lines_are_left_to_the_gpu_check_unless_the_address_is_a_nic():
     nic = recorded("ethtool-i-mlx5-cx7-mlnx-ofed-23.10-1.1.9.txt").replace("0000:e6:00.0", "0000:8b:00.0")
     f = one(run_check("mlx5-kernel-log", make_host({"kernel-log": text, "ethtool-i": nic})), "fail")
     assert "0000:8b:00.0: 252.048 Gb/s available" in f.summary and "0000:04:00.0" not in f.summary
+
+
+def mlx5_log(name):
+    return run_check("mlx5-kernel-log", make_host({"kernel-log": corpus(f"kernel-log/{name}")}))
+
+
+@pytest.mark.parametrize("name, device, watts", [
+    ("mlx5-pcie-event-insufficient-power-27w-dmesg-T.txt", "0000:5c:00.0", "27W"),
+    ("mlx5-cx6-ocp3-x4-slot-insufficient-power-25w.txt", "0000:04:00.0", "25W"),
+])
+def test_insufficient_slot_power_warns(name, device, watts):
+    found = {tuple(f.symptoms): f for f in mlx5_log(name)}
+    f = found[("nic-power-insufficient",)]
+    assert f.status.value == "warn"
+    assert f.summary.startswith(f"PCIe slot power below what the NIC needs: {device}: the PCIe slot advertises {watts}")
+    assert "Detected insufficient power on the PCIe slot" in f.evidence[0].excerpt
+    assert "SlotPowerLimit" in f.action
+
+
+@pytest.mark.parametrize("name", ["mlx5-cx6-ocp3-x16-slot-sufficient-power-75w.txt",
+                                  "mlx5-slot-power-capability-not-advertised.txt"])
+def test_info_level_slot_power_lines_are_not_flagged(name):
+    # The same card in a full-power slot (its x16 link still trains at 8 GT/s, which is flagged
+    # as PCIe), and a node whose slots do not advertise their power at all.
+    found = mlx5_log(name)
+    assert all(f.symptoms != ("nic-power-insufficient",) for f in found)
+    assert all("nic-module-error" not in f.symptoms for f in found)
+    if name.startswith("mlx5-slot"):
+        assert one(found, "pass")
+
+
+def test_port_module_high_temperature_fails_with_an_airflow_action():
+    f = one(mlx5_log("mlx5-port-module-error-high-temperature.txt"), "fail")
+    assert f.symptoms == ("nic-module-error",)
+    assert f.summary == "NIC port module errors: a NIC the line does not name: port module 0: High Temperature (1 log line)"
+    assert f.action.startswith("the module or cable in the named cage is overheating")
+    assert f.data["modules"] == [0]
+
+
+def test_slot_power_and_module_causes_are_explained():
+    kb = load_knowledge()
+    for cause in ("nic-power-insufficient", "nic-module-error"):
+        assert cause in kb.causes and explain(cause, kb)
+    [d] = diagnose(mlx5_log("mlx5-port-module-error-high-temperature.txt"), kb)
+    assert d.cause == "nic-module-error"
 
 
 def test_clean_log_passes_and_a_missing_log_is_an_error():

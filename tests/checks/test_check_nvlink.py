@@ -170,11 +170,49 @@ def test_gpu_without_nvlink_is_skipped():
     assert f.summary == "NVIDIA L40S has no NVLink (Device does not have or support Nvlink)"
 
 
-def test_v100_hybrid_cube_mesh_has_no_profile_and_is_skipped():
+def test_v100_hybrid_cube_mesh_has_no_profile_so_only_link_states_are_judged():
+    # Healthy: all 6 links of every V100-SXM2 up; the NV1/NV2/SYS mix is by design and the
+    # generic profile holds it to no NV# figure.
     f = nvlink({STATUS: load("nvlink/v100-sxm2-8gpu-nvlink-s-6-links.txt"),
                 TOPO: load("topo/v100-sxm2-8gpu-hybrid-cube-mesh-nv1-nv2-4nics-ansi.txt")}, "generic")
+    assert f.status is Status.PASS
+    assert f.summary.startswith("8 GPUs: all 48 listed links active; link count, speed and topology not judged")
+
+
+def test_generic_profile_without_link_status_is_skipped():
+    f = nvlink({TOPO: load("topo/v100-sxm2-8gpu-hybrid-cube-mesh-nv1-nv2-4nics-ansi.txt")}, "generic")
     assert f.status is Status.SKIP
     assert f.summary == "no NVLink expectation for this platform: test"
+
+
+def test_generic_profile_fails_an_sxm_gpu_with_links_inactive_beside_active_ones():
+    # Azure/azhpc-diagnostics#73: a V100-SXM2 with links 3 and 5 down, the rest up.
+    f = nvlink({STATUS: load("nvlink/v100-sxm2-gpu3-2-of-6-links-inactive-excerpt.txt")}, "generic")
+    assert f.status is Status.FAIL and f.symptoms == ("nvlink-down",)
+    assert f.summary.startswith("GPU3 (Tesla V100-SXM2-32GB): 2 of 6 links inactive (link 3, 5) "
+                                "while its other links are up")
+    assert "a pasted excerpt" in f.summary
+    assert f.evidence[0].excerpt.splitlines() == ["GPU 3: Tesla V100-SXM2-32GB (UUID: ...)",
+                                                  "Link 3: <inactive>", "Link 5: <inactive>"]
+
+
+def test_generic_profile_fails_a_gpu_with_fewer_links_up_than_its_peers():
+    # The real 8-GPU V100-SXM2 capture with one link of GPU 6 down (one edit, as above).
+    f = nvlink({STATUS: set_link(load("nvlink/v100-sxm2-8gpu-nvlink-s-6-links.txt"), 6, 2, "<inactive>")},
+               "generic")
+    assert f.status is Status.FAIL and "GPU6" in f.summary and "link 2" in f.summary
+
+
+@pytest.mark.parametrize("name, seen", [
+    ("nvlink/h100-pcie-gpu0-bridged-12-active-5-inactive-excerpt.txt", "GPU0 5 of 17 links inactive"),
+    ("nvlink/rtx-a6000-3gpu-bridged-pair-plus-unbridged-all-inactive.txt", "GPU2 all links inactive"),
+])
+def test_generic_profile_never_fails_pcie_cards_for_links_without_a_bridge(name, seen):
+    # H100 PCIe uses 12 of 18 links (Azure/azurehpc-health-checks#162); an RTX A6000 with no
+    # bridge fitted reports all links inactive beside a bridged pair.
+    f = nvlink({STATUS: load(name)}, "generic")
+    assert f.status is Status.SKIP and f.symptoms == ()
+    assert seen in f.summary and "bridges fitted" in f.summary
 
 
 def test_p2p_matrix_in_the_topology_probe_is_not_judged_as_topology():

@@ -42,6 +42,23 @@ def test_catalog_entries_are_typed_and_read_once():
     assert catalog.get(14) is None and catalog.get(None) is None
 
 
+def test_every_reset_gpu_xid_is_fatal_except_the_intentional_nvlink_down():
+    # NVIDIA's RESET_GPU bucket means the GPU cannot be trusted until reset: xid.yaml's "fatal".
+    # Xid 155 is a link-down that software flagged as intentional (docs/sources.md §5.3).
+    catalog = load_xid_catalog()
+    not_fatal = {code for code, e in catalog.entries.items() if e.action == "RESET_GPU" and e.severity != "fatal"}
+    assert not_fatal == {155}
+    assert catalog.get(156).severity == "fatal"
+
+
+def test_xid156_resource_retirement_fails():
+    # The real Xid 63 line of the corpus with its number changed to 156 (a retirement a reset applies).
+    line = log("a100-xid63-row-remapper-pending.txt").replace("): 63,", "): 156,")
+    [f] = xid(line)
+    assert (f.status, f.symptoms) == (Status.FAIL, ("gpu-xid", "xid-156"))
+    assert "RESET_GPU" in f.action
+
+
 def test_a_catalog_entry_with_an_unknown_severity_is_refused(tmp_path):
     bad = tmp_path / "xid.yaml"
     bad.write_text((CORPUS.parent.parent.parent / "playbooks" / "xid.yaml").read_text()

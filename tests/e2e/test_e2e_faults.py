@@ -183,7 +183,7 @@ def test_issue4_nvlink_fabric_and_gpu_health(sim_cluster, tmp_path):
     code, report, elapsed = run(cluster, tmp_path, "--quick")
     assert code == 1 and elapsed < 60
     assert {h: v["status"] for h, v in report["hosts"].items()} == {
-        "gpu01": "pass", "gpu02": "pass", "gpu03": "fail", "gpu04": "fail", "gpu05": "fail", "gpu06": "warn",
+        "gpu01": "pass", "gpu02": "pass", "gpu03": "fail", "gpu04": "fail", "gpu05": "fail", "gpu06": "fail",
         "gpu07": "fail"}
     assert_all_pass(report, ["gpu01", "gpu02"])
     assert causes(report) == {"gpu03": {"nvlink-down"}, "gpu04": {"fabric-manager-down"},
@@ -212,12 +212,15 @@ def test_issue4_nvlink_fabric_and_gpu_health(sim_cluster, tmp_path):
     assert xid["summary"].startswith("Xid 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS on 0000:db:00, 1 line")
     assert "NVRM: Xid (PCI:0000:db:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus." \
         in excerpts(xid, "kernel-log")
-    assert finding(report, "gpu05", "gpu-inventory")["summary"] == "7 of 8 GPUs visible (driver 580.159.04, CUDA 13.0)"
+    # lspci still lists the GPU the driver lost (issue 15: the census names a disagreeing source).
+    assert finding(report, "gpu05", "gpu-inventory")["summary"] == (
+        "7 of 8 GPUs visible (counted by nvidia-smi -q -x, while lspci shows 8; driver 580.159.04, CUDA 13.0)")
 
     remap = diagnosis(report, "gpu06", "gpu-row-remap")
     assert remap["action"].startswith("drain the node and reset the GPU (nvidia-smi -r -i 5) or reboot")
-    assert {f["check"] for f in report["findings"] if f["host"] == "gpu06" and f["status"] == "warn"} == {
-        "gpu-memory", "xid"}
+    # The pending remap fails the node (as DCGM's diagnostic does); the Xid 63 line alone warns.
+    assert {(f["check"], f["status"]) for f in report["findings"]
+            if f["host"] == "gpu06" and f["status"] in ("warn", "fail")} == {("gpu-memory", "fail"), ("xid", "warn")}
     assert ("NVRM: Xid (PCI:0000:ab:00): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to "
             "activate.") in excerpts(finding(report, "gpu06", "xid"), "kernel-log")
     assert "GPU5 00000000:AB:00.0: Remapped Rows Pending: Yes" in excerpts(finding(report, "gpu06", "gpu-memory"),

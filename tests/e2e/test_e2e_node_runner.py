@@ -1,12 +1,19 @@
-"""`run --node-runner` over real sshd: each node runs its own probes (the Slurm task's runner)
-through one SSH channel, with the verdicts of the default channel-per-probe path."""
+"""`run` over real sshd with the node runner (the default): each node runs its own probes (the
+Slurm task's runner) through one SSH channel, with the verdicts of `--no-node-runner`'s channel
+per probe."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
-from simcluster import SimHost
+from derived import h200_node_xml
+from simcluster import Reply, SimHost
 from test_e2e_run import SMI_CHECKS, gpu_node
 
 from preflight.app.cli import main
@@ -29,8 +36,8 @@ def _run(cluster, out, *extra):
 def test_the_node_runner_gives_the_verdicts_of_a_channel_per_probe(sim_cluster, tmp_path):
     cluster = sim_cluster([gpu_node("gpu01"), SimHost("gpu02", down=True), gpu_node("gpu03", gpus=7),
                            gpu_node("gpu04", driver="570.195.03"), SimHost("gpu05"), gpu_node("gpu06", hang_s=60)])
-    default = _run(cluster, tmp_path / "default")
-    batched = _run(cluster, tmp_path / "batched", "--node-runner")
+    default = _run(cluster, tmp_path / "default", "--no-node-runner")  # a channel per probe
+    batched = _run(cluster, tmp_path / "batched")
     assert batched[0] == default[0] == 1
     assert batched[1]["hosts"] == default[1]["hosts"]
     # The same diagnoses; their evidence quotes each probe's own duration.
@@ -57,3 +64,28 @@ def test_a_node_whose_python_cannot_run_the_runner_is_probed_the_default_way(sim
     run_node_batched(SshNode(host, ssh), plan, got.append, python="python3-not-installed")
     assert sorted(r.probe for r in got) == ["nvidia-smi-q", "nvidia-smi-q-x"]
     assert all(r.exit_code == 0 and r.stdout and r.command[0] == "nvidia-smi" for r in got)
+
+
+def test_results_stream_back_as_the_node_finishes_them(sim_cluster, tmp_path):
+    """One node, one probe answering at once and one hanging: the answer is in the bundle while
+    the channel is still open, so a controller killed then keeps it."""
+    cluster = sim_cluster([SimHost("gpu01", commands={"nvidia-smi -q -x": Reply(h200_node_xml(8)),
+                                                      "nvidia-smi -q": Reply("", sleep_s=120)})])
+    out = tmp_path / "reports"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "preflight", "run", "--hosts", str(cluster.hosts_file),
+         "--ssh-config", str(cluster.ssh_config), "--known-hosts", str(cluster.known_hosts),
+         "--identity", str(cluster.identity), "--out", str(out), "--run-id", "s", "-q",
+         "--checks", SMI_CHECKS, "--timeout", "100"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    host = out / "s" / "bundle" / "hosts" / "gpu01"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60 and not (host / "nvidia-smi-q-x.json").exists():
+        time.sleep(0.1)
+    arrived = time.monotonic() - t0
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # Well before the hung probe's 100 s limit, which is when the channel would end.
+    assert arrived < 60 and json.loads((host / "nvidia-smi-q-x.json").read_text())["exit_code"] == 0
+    assert (host / "nvidia-smi-q-x.txt").read_text() == h200_node_xml(8)
+    assert not (host / "nvidia-smi-q.json").exists()

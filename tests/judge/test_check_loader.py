@@ -138,7 +138,8 @@ def test_built_in_checks_read_only_the_facts_they_declare():
             continue
         closure, stack = set(check.facts), list(check.facts)
         while stack:
-            for need in FACTS[stack.pop()].needs:
+            declared = FACTS[stack.pop()]
+            for need in declared.needs + declared.reads:
                 if need not in closure:
                     closure.add(need)
                     stack.append(need)

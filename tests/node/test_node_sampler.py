@@ -14,7 +14,7 @@ from preflight.node.sampler import EventWatcher, Sampler
 
 def test_sampler_replays_the_h200_burn():
     clock = ManualClock()
-    sampler = Sampler(FakeNvml(clock=clock), "h200")
+    sampler = Sampler(FakeNvml(clock=clock), "h200", clock=clock)
     info = sampler.gpus[0]
     assert (info["slowdown_c"], info["shutdown_c"], info["max_operating_c"], info["memory_max_c"]) == (89, 95, 87, 95)
     assert info["power_limit_w"] == 700.0 and info["max_sm_clock_mhz"] == 1980
@@ -30,6 +30,80 @@ def test_sampler_replays_the_h200_burn():
     # Not recorded by the capture, so "not supported": empty cells, never errors.
     assert busy.memory_temperature_c is None and busy.memory_used_mib is None and busy.sw_power_cap_ns is None
     assert sampler.take_errors() == []
+
+
+class Counting:
+    """Counts the device calls made through a binding, the figure a tick's CPU cost follows."""
+
+    def __init__(self, nvml):
+        self.nvml, self.calls = nvml, []
+
+    def __getattr__(self, name):
+        value = getattr(self.nvml, name)
+        if name.startswith("nvmlDevice") and callable(value):
+            def counted(*args):
+                self.calls.append(name)
+                return value(*args)
+            return counted
+        return value
+
+
+class WithPowerFields(FakeNvml):
+    """The replay, with the power figures also answered as field values, as drivers of Ampere
+    and newer do (same recorded numbers, mW)."""
+
+    def nvmlDeviceGetFieldValues(self, h, field_ids):
+        values = super().nvmlDeviceGetFieldValues(h, field_ids)
+        for v in values:
+            mw = {pynvml.NVML_FI_DEV_POWER_AVERAGE: self.nvmlDeviceGetPowerUsage(h),
+                  pynvml.NVML_FI_DEV_POWER_CURRENT_LIMIT: 700000}.get(v.fieldId)
+            if mw is not None:
+                v.nvmlReturn, v.valueType, v.value.uiVal = 0, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, mw
+        return values
+
+
+def test_a_tick_between_slow_readings_makes_five_calls_and_leaves_slow_cells_empty():
+    clock = ManualClock(100.0)
+    nvml = Counting(WithPowerFields(clock=clock))
+    sampler = Sampler(nvml, "h200", clock=clock)
+    nvml.calls.clear()
+    first = sampler.sample(0)
+    slow_calls = len(nvml.calls)
+    assert first.memory_clock_mhz is not None and first.remapped_rows_pending == 0
+    nvml.calls.clear()
+    clock.t += 1.0
+    fast = sampler.sample(0)
+    # Temperature, SM clock, utilisation, clocks-event reasons and one field-value call for power,
+    # the power limit and memory temperature.
+    assert sorted(nvml.calls) == sorted(["nvmlDeviceGetTemperature", "nvmlDeviceGetClockInfo",
+                                         "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetCurrentClocksEventReasons",
+                                         "nvmlDeviceGetFieldValues"]) and slow_calls == 7
+    assert fast.power_w is not None and fast.power_limit_w == 700.0 and fast.temperature_c is not None
+    assert fast.memory_clock_mhz is None and fast.memory_used_mib is None and fast.remapped_rows_pending is None
+    clock.t += 4.0
+    assert sampler.sample(0).memory_clock_mhz is not None  # SLOW_EVERY_S later, read again
+
+
+def test_power_read_through_its_call_where_the_gpu_lacks_the_field():
+    clock = ManualClock()
+    nvml = Counting(FakeNvml(clock=clock))  # answers the power fields "not supported", like pre-Ampere GPUs
+    sampler = Sampler(nvml, "h200", clock=clock)
+    clock.t = 30.25  # the replay's power-capped burn
+    assert sampler.sample(0).power_w == 691.736
+    nvml.calls.clear()
+    clock.t += 1.0
+    row = sampler.sample(0)
+    assert row.power_w is not None and row.power_limit_w == 700.0
+    assert nvml.calls.count("nvmlDeviceGetPowerUsage") == 1 and nvml.calls.count("nvmlDeviceGetEnforcedPowerLimit") == 1
+    assert sampler.take_errors() == []
+
+
+def test_the_field_path_gives_the_same_figures_as_the_calls():
+    clock = ManualClock()
+    samplers = Sampler(FakeNvml(clock=clock), "h200", clock=clock), Sampler(WithPowerFields(clock=clock), "h200", clock=clock)
+    clock.t = 30.25
+    by_call, by_field = (s.sample(0) for s in samplers)
+    assert (by_field.power_w, by_field.power_limit_w) == (by_call.power_w, by_call.power_limit_w) == (691.736, 700.0)
 
 
 def test_sampler_falls_back_to_the_throttle_reasons_call():

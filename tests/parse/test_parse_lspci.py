@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from preflight.parse import ParseError
-from preflight.parse.lspci import parse_lspci, pcie_gen
+from preflight.parse.lspci import nvidia_gpus, parse_lspci, pcie_gen
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "corpus"
 CX7 = "lspci/cx7-gen5-x16-lnkcap-lnksta-ok-grep.txt"
@@ -84,3 +84,28 @@ def test_pcie_gen_rejects_non_pcie_speed():
 def test_not_lspci_output_raises(text):
     with pytest.raises(ParseError):
         parse_lspci(text)
+
+
+@pytest.mark.parametrize("name", ["b300-2gpu-lspci-grep-nvidia-device-3182.txt",
+                                  "b300-2gpu-lspci-nn-grep-10de-3182.txt"])
+def test_gpu_device_id_from_an_unnamed_or_nn_header(name):
+    # lspci prints "Device 3182" when its pci.ids predates the B300, "[10de:3182]" with -nn.
+    devices = parse_lspci((CORPUS / "lspci" / name).read_text())
+    gpus = nvidia_gpus(devices)
+    assert [(d.bdf, d.vendor_id, d.device_id) for d in gpus] == [("04:00.0", 0x10DE, 0x3182),
+                                                                   ("05:00.0", 0x10DE, 0x3182)]
+    assert {d.device_class for d in gpus} == {"3D controller"}
+
+
+def test_a_named_device_or_a_nic_is_not_given_an_id_or_counted_as_a_gpu():
+    text = (CORPUS / "lspci" / "cx7-gen5-x16-lnkcap-lnksta-ok-grep.txt").read_text()
+    named = "0000:05:00.0 Ethernet controller: Mellanox Technologies MT2910 Family [ConnectX-7]\n" + text
+    [nic] = parse_lspci(named)
+    assert (nic.vendor_id, nic.device_id, nic.device_class) == (0x15B3, None, "Ethernet controller")
+    assert nvidia_gpus((nic,)) == ()
+
+
+def test_a_named_nn_header_gives_the_pci_ids_product_and_the_id():
+    # hwloc#653: "GA100 [A100 SXM4 40GB] [10de:20b0]": the name is pci.ids', the id the device's.
+    [gpu] = nvidia_gpus(parse_lspci((CORPUS / "lspci" / "a100-sxm4-40gb-lspci-vvv-nn-header-excerpt.txt").read_text()))
+    assert (gpu.bdf, gpu.device_id, gpu.product) == ("da:00.0", 0x20B0, "A100 SXM4 40GB")

@@ -331,6 +331,26 @@ def test_mlxfwmanager_device_13_without_banner():
     assert [c.name for c in dev.components] == ["FW", "PXE", "UEFI"]
 
 
+def test_mlxfwmanager_fw_running_row_is_the_firmware_in_effect():
+    # NVIDIA's operator test recording: a CX6 Dx flashed with 22.45.3608 still running 22.43.1020.
+    (dev,) = parse_mlxfwmanager(corpus("mlxfw/cx6dx-mlxfwmanager-fw-running-differs-reset-pending.txt")).devices
+    assert [c.name for c in dev.components] == ["FW", "FW (Running)", "PXE", "UEFI"]
+    assert (dev.fw_current, dev.fw_running, dev.reset_pending) == ("22.45.3608", "22.43.1020", True)
+    assert dev.component("FW (Running)").available is None
+
+
+def test_fw_running_row_after_clp_still_read():
+    # A flint burn on a ConnectX-3 Pro, queried before any reset: the running row comes after CLP.
+    (dev,) = parse_mlxfwmanager(corpus("mlxfw/cx3pro-mlxfwmanager-after-flint-burn-fw-running-old.txt")).devices
+    assert (dev.fw_current, dev.fw_available, dev.fw_running) == ("2.42.5700", "2.42.5700", "2.42.5016")
+    assert dev.reset_pending and dev.status == "Up to date"  # the tool's Status looks at the flash only
+
+
+def test_without_a_running_row_the_flashed_firmware_is_running():
+    q = parse_mlxfwmanager(corpus("mlxfw/cx7-mcx755106as-hea-mlxup-query-update-required.txt"))
+    assert [(d.fw_running, d.reset_pending) for d in q.devices] == [("28.40.1000", False)] * 2
+
+
 def test_mlxfwmanager_two_cx5_and_mlxup_bdf():
     q = parse_mlxfwmanager(recorded("mlxfwmanager-cx5-two-devices-no-matching-image.txt"))
     assert [(d.index, d.fw_current, d.base_guid) for d in q.devices] == [

@@ -147,3 +147,20 @@ def test_errors_carry_the_same_unsupported_states(name, supported, reason):
 
 def test_errors_empty_output():
     assert parse_nvlink_errors(load("h200-vm/nvlink-status.txt")).gpus == ()
+
+
+def test_b300_names_and_counts_every_gpu_it_lists():
+    # Dell XE9780 (an 8-GPU HGX B300 server) that shows 7 GPUs: the names say the platform.
+    status = parse_nvlink_status((CORPUS / "nvlink" / "b300-sxm6-ac-xe9780-7-of-8-gpus-drv610-nvlink-s.txt").read_text())
+    assert [g.index for g in status.gpus] == list(range(7))
+    assert {g.name for g in status.gpus} == {"NVIDIA B300 SXM6 AC"}
+    assert all(g.active_count == 18 for g in status.gpus)
+    assert not status.excerpt
+
+
+def test_a_dotted_elision_is_noted_and_marks_an_excerpt():
+    # Azure/azhpc-diagnostics#73 pasted "...." before GPU 3: not an error, not the whole node.
+    status = parse_nvlink_status((CORPUS / "nvlink" / "v100-sxm2-gpu3-2-of-6-links-inactive-excerpt.txt").read_text())
+    [gpu] = status.gpus
+    assert (gpu.index, gpu.active_count, gpu.inactive_count) == (3, 4, 2)
+    assert status.excerpt

@@ -1,0 +1,108 @@
+"""How many GPUs a node shows, and which model, from whatever evidence holds them.
+
+``nvidia-smi -q`` says both, but a bundle a user sends in often has only one or two other
+commands: ``nvidia-smi nvlink --status`` names every GPU ("GPU 0: NVIDIA B300 SXM6 AC (UUID:
+...)"), ``nvidia-smi topo -m`` has one row per GPU but no names, and ``lspci`` lists the GPUs
+on the PCI bus with their device ids (from which the platform profile's ``gpu.pci_device_id``
+tells the model) or, where its pci.ids knows the device, the database's product name
+("GH100 [H100 SXM5 80GB]"), which the profiles' name patterns match like nvidia-smi's. The
+census takes each from the first source that has it, in the order below, and keeps what every
+source counted so a check can say where a figure came from and where two sources disagree.
+
+Order, and why: the driver's own views come first (``-q``, then ``nvlink --status``, then
+``topo -m``), because they count the GPUs a job can use; ``lspci`` counts what is on the bus,
+which includes a GPU the driver lost, so it names the model when nothing else does but only
+counts when no driver view is there. A pasted ``nvlink --status`` excerpt with elided lines
+names the model but is not counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from preflight.parse import lspci as lspci_parse
+from preflight.parse.nvlink import NvlinkStatus
+from preflight.parse.smi_records import SmiReport
+from preflight.parse.topo import TopoMatrix
+
+# probe id -> the command a reader recognises, for summaries
+COMMANDS = {
+    "nvidia-smi-q-x": "nvidia-smi -q -x",
+    "nvidia-smi-q": "nvidia-smi -q",
+    "nvidia-smi-nvlink-status": "nvidia-smi nvlink --status",
+    "nvidia-smi-topo": "nvidia-smi topo -m",
+    "lspci": "lspci",
+}
+
+
+@dataclass(frozen=True)
+class SourceCount:
+    probe: str
+    count: int
+
+    @property
+    def command(self) -> str:
+        return COMMANDS.get(self.probe, self.probe)
+
+
+@dataclass(frozen=True)
+class GpuCensus:
+    """GPUs of one node as the evidence shows them.
+
+    ``count``/``count_probe``: the GPUs the driver shows, from the first driver view present
+    (lspci only when there is none); None when no source counts them. ``models``: product
+    names, one per named GPU, and ``model_probe`` where they came from. ``pci_device_ids``:
+    the device id of every NVIDIA GPU lspci lists with one. ``counts``: what each source
+    counted, in order of preference.
+    """
+
+    count: int | None
+    count_probe: str | None
+    models: tuple[str, ...]
+    model_probe: str | None
+    pci_device_ids: tuple[int, ...]
+    counts: tuple[SourceCount, ...]
+
+    @property
+    def model(self) -> str | None:
+        """The most common product name, or None."""
+        return Counter(self.models).most_common(1)[0][0] if self.models else None
+
+    def counted(self, probe: str) -> int | None:
+        return next((c.count for c in self.counts if c.probe == probe), None)
+
+    def disagreements(self) -> list[str]:
+        """Sources whose count differs from the one judged, as readable phrases."""
+        if self.count is None:
+            return []
+        return [f"{c.command} shows {c.count}" for c in self.counts
+                if c.probe != self.count_probe and c.count != self.count]
+
+
+def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
+               topo: TopoMatrix | None, pci: tuple[lspci_parse.PciDevice, ...] | None) -> GpuCensus:
+    """The census from whichever of these readings are there (None where missing)."""
+    counts: list[SourceCount] = []
+    named: list[tuple[str, tuple[str, ...]]] = []
+    if smi is not None:
+        probe, report = smi
+        counts.append(SourceCount(probe, len(report.gpus)))
+        named.append((probe, tuple(g.name for g in report.gpus if g.name)))
+    if nvlink is not None and nvlink.gpus:
+        named.append(("nvidia-smi-nvlink-status", tuple(g.name for g in nvlink.gpus if g.name)))
+        if not nvlink.excerpt:
+            counts.append(SourceCount("nvidia-smi-nvlink-status", len(nvlink.gpus)))
+    if topo is not None and topo.gpus:
+        counts.append(SourceCount("nvidia-smi-topo", len(topo.gpus)))
+    pci_ids: tuple[int, ...] = ()
+    if pci is not None:
+        gpus = lspci_parse.nvidia_gpus(pci)
+        pci_ids = tuple(d.device_id for d in gpus if d.device_id is not None)
+        named.append(("lspci", tuple(d.product for d in gpus if d.product)))
+        if gpus:
+            counts.append(SourceCount("lspci", len(gpus)))
+    first = counts[0] if counts else None
+    model_probe, models = next(((p, m) for p, m in named if m), (None, ()))
+    return GpuCensus(first.count if first else None, first.probe if first else None,
+                     models, model_probe, pci_ids, tuple(counts))

@@ -1,0 +1,76 @@
+"""The GPU census: count and model from whichever evidence holds them (real captures only)."""
+
+from pathlib import Path
+
+from ctx import make_host
+from derived import h200_node_xml
+
+from preflight.judge.census import gpu_census
+from preflight.knowledge.profiles import detect, load_profiles
+from preflight.parse.lspci import parse_lspci
+from preflight.parse.nvlink import parse_nvlink_status
+from preflight.parse.topo import parse_topo
+
+CORPUS = Path(__file__).parents[1] / "fixtures" / "corpus"
+B300_NVLINK = (CORPUS / "nvlink" / "b300-sxm6-ac-xe9780-7-of-8-gpus-drv610-nvlink-s.txt").read_text()
+B300_TOPO = (CORPUS / "topo" / "b300-xe9780-7-of-8-gpus-nv18-drv610-spaces.txt").read_text()
+B300_LSPCI = (CORPUS / "lspci" / "b300-2gpu-lspci-grep-nvidia-device-3182.txt").read_text()
+H100_NVLINK = (CORPUS / "nvlink" / "h100-80gb-hbm3-8gpu-p5-drv550-nvlink-s.txt").read_text()
+V100_EXCERPT = (CORPUS / "nvlink" / "v100-sxm2-gpu3-2-of-6-links-inactive-excerpt.txt").read_text()
+PROFILES = load_profiles()
+
+
+def test_nvlink_status_names_and_counts_without_nvidia_smi_q():
+    census = gpu_census(None, parse_nvlink_status(B300_NVLINK), parse_topo(B300_TOPO), None)
+    assert (census.count, census.count_probe) == (7, "nvidia-smi-nvlink-status")
+    assert (census.model, census.model_probe) == ("NVIDIA B300 SXM6 AC", "nvidia-smi-nvlink-status")
+    assert census.counted("nvidia-smi-topo") == 7 and census.disagreements() == []
+
+
+def test_topo_alone_counts_but_names_nothing():
+    census = gpu_census(None, None, parse_topo(B300_TOPO), None)
+    assert (census.count, census.count_probe, census.models) == (7, "nvidia-smi-topo", ())
+
+
+def test_lspci_names_by_device_id_and_counts_only_without_a_driver_view():
+    census = gpu_census(None, None, None, parse_lspci(B300_LSPCI))
+    assert (census.count, census.count_probe, census.pci_device_ids) == (2, "lspci", (0x3182, 0x3182))
+    with_topo = gpu_census(None, None, parse_topo(B300_TOPO), parse_lspci(B300_LSPCI))
+    assert with_topo.count_probe == "nvidia-smi-topo"
+    assert with_topo.disagreements() == ["lspci shows 2"]
+
+
+def test_an_excerpt_names_the_model_but_does_not_count():
+    census = gpu_census(None, parse_nvlink_status(V100_EXCERPT), None, None)
+    assert census.count is None and census.model == "Tesla V100-SXM2-32GB"
+
+
+def test_nvidia_smi_q_comes_first():
+    host = make_host({"nvidia-smi-q-x": h200_node_xml(8), "nvidia-smi-topo": B300_TOPO})
+    census = host.gpu_census
+    assert (census.count, census.count_probe, census.model) == (8, "nvidia-smi-q-x", "NVIDIA H200")
+    assert census.disagreements() == ["nvidia-smi topo -m shows 7"]
+
+
+def test_the_platform_is_detected_from_nvlink_names_and_says_so():
+    p = detect(PROFILES, ["NVIDIA B300 SXM6 AC"] * 7, source="nvidia-smi nvlink --status")
+    assert p.id == "hgx-b300"
+    assert p.why == "detected from GPU model 'NVIDIA B300 SXM6 AC' in nvidia-smi nvlink --status"
+    assert detect(PROFILES, ["NVIDIA H100 80GB HBM3"] * 8).id == "hgx-h100"
+
+
+def test_the_platform_is_detected_from_pci_device_ids():
+    p = detect(PROFILES, [], pci_device_ids=(0x3182, 0x3182))
+    assert p.id == "hgx-b300" and "PCI device id 0x3182" in p.why and "lspci" in p.why
+    assert detect(PROFILES, [], pci_device_ids=(0x3182,)).generic  # one GPU is not the board
+    assert detect(PROFILES, [], pci_device_ids=(0x20B0, 0x20B0)).generic  # A100: no profile
+
+
+def test_lspci_product_names_are_used_when_no_nvidia_smi_view_names_the_gpus():
+    a100 = (CORPUS / "lspci" / "a100-sxm4-40gb-lspci-vvv-nn-header-excerpt.txt").read_text()
+    census = gpu_census(None, None, None, parse_lspci(a100))
+    assert (census.model, census.model_probe, census.pci_device_ids) == ("A100 SXM4 40GB", "lspci", (0x20B0,))
+    host = make_host({"lspci": a100})
+    assert host.gpu_census.model_probe == "lspci"
+    assert detect(PROFILES, list(census.models), source="lspci").why == \
+        "no profile matches 'A100 SXM4 40GB' in lspci: generic checks only"
