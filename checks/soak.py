@@ -76,6 +76,12 @@ def soak_latency(soak):
     return [soak.judge_latency(host) for host in soak.hosts if not soak.throughput[host].empty]
 
 
+@soak_check("soak-sweep", summary="a concurrency sweep's levels (tokens/s, TTFT/TPOT P50/P99, errors, goodput), "
+            "its knee and the level to serve at; a node whose curve is unlike the fleet's (sweep-curve-outlier)")
+def soak_sweep(soak):
+    return [soak.judge_sweep(host) for host in soak.swept_hosts]
+
+
 @soak_check("soak-sdc", summary="the burn's GEMM on fixed inputs gave the same result all along and on "
             "every GPU of the node (gpu-silent-data-corruption)")
 def soak_sdc(soak):

@@ -251,6 +251,17 @@ def decay(fraction: float = 0.08, **kw) -> SoakData:
     return soak_data(tele, thr)
 
 
+def clock_decay(fraction: float = 0.08, **kw) -> SoakData:
+    """As ``decay``, and the SM clock of every GPU scaled the same way (reasons still the real
+    0x4 SW power cap): the GPUs themselves slowed, e.g. power delivery or leakage."""
+    tele, thr = steady_frames(**kw)
+    for frame in (thr, tele):
+        m = _minutes(frame)
+        column = "value" if frame is thr else "sm_clock_mhz"
+        frame[column] *= 1 - fraction * (m - m.min()) / (m.max() - m.min())
+    return soak_data(tele, thr)
+
+
 def telemetry_gap(at_min: float = 30, seconds: float = 20, **kw) -> SoakData:
     """Every GPU's rows removed for ``seconds`` from ``at_min`` (the sampler stalled)."""
     tele, thr = steady_frames(**kw)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from preflight.app import load_options as load
 from preflight.app import options, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.collect.local import local_host_name
@@ -92,6 +93,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     serve.add_argument("--concurrency", type=positive(int), help="vllm/endpoint: requests in flight (default 256)")
     serve.add_argument("--max-tokens", type=positive(int), help="vllm/endpoint: output tokens per request "
                        "(default 256)")
+    load.add_options(serve)
     p.add_argument("--node-dir", default=NODE_DIR,
                    help=f"where agents keep their files on the nodes (default {NODE_DIR})")
     p.add_argument("--poll", type=_positive, default=None,
@@ -117,7 +119,7 @@ def _ib_interval(text: str) -> float:
 # The command line's options for the serving engines (argparse dest -> the engines they apply to).
 SERVE_OPTIONS = {"model": ("vllm",), "vllm_python": ("vllm",), "vllm_arg": ("vllm",), "skip_tokenizer_init": ("vllm",),
                  "ready_timeout": ("vllm",), "endpoint": ("endpoint",), "concurrency": ("vllm", "endpoint"),
-                 "max_tokens": ("vllm", "endpoint")}
+                 "max_tokens": ("vllm", "endpoint"), **{k: ("vllm", "endpoint") for k in load.OPTIONS}}
 
 
 def serving_args(args, engine: str) -> tuple[str, ...]:
@@ -136,9 +138,12 @@ def serving_args(args, engine: str) -> tuple[str, ...]:
             out += [f"--vllm-arg={v}" for v in value]
         elif key == "skip_tokenizer_init":
             out.append("--skip-tokenizer-init" if value else "--no-skip-tokenizer-init")
+        elif key in load.OPTIONS:
+            continue  # below, in the agent's words
         else:
             out.append(f"--{key.replace('_', '-')}={value}")
-    return tuple(out)
+    serving = engine in ("vllm", "endpoint")
+    return tuple(out) + (load.agent_args(args, slos_of(args)) if serving else ())
 
 
 def plan_from_args(args, local_name: str, run_id: str | None = None) -> SoakPlan:
@@ -172,7 +177,8 @@ def plan_from_args(args, local_name: str, run_id: str | None = None) -> SoakPlan
 
 
 def soak_seconds(args) -> float:
-    return args.minutes * 60 if args.minutes else (args.hours or 1.0) * 3600
+    """The soak's planned length: a sweep's levels x steps, else --minutes / --hours (1 h)."""
+    return load.sweep_seconds(args) or (args.minutes * 60 if args.minutes else (args.hours or 1.0) * 3600)
 
 
 def needed_s(args, engine: str | None = None) -> float:

@@ -1,9 +1,9 @@
 """Code that runs ON a node, shipped there as files (one tar over SSH stdin, or as a probe
 argument): the soak agent (``agent.py``, with ``records.py``, what it writes; ``sampler.py``,
 NVML; ``burn.py``, the burn engine), the vLLM engine (``vllm_engine.py``, ``vllm_log.py``) and
-its load generator (``loadgen.py``, ``loadgen_http.py``, ``loadgen_windows.py``), the torch
-all_reduce fallback (``torch_allreduce.py``), and the Slurm task that runs a node's probes
-(``probe_runner.py`` with ``schedule.py``, the per-node schedule the SSH fan-out shares,
+its load generator (``loadgen.py``, ``loadgen_bench.py``, ``loadgen_http.py``,
+``loadgen_windows.py``), the torch all_reduce fallback (``torch_allreduce.py``), and the Slurm
+task that runs a node's probes (``probe_runner.py`` with ``schedule.py``, the per-node schedule the SSH fan-out shares,
 ``localexec.py``, process-group timeouts ``LocalNode`` shares, and ``frames.py``, its output
 framing; shipped through srun's stdin, see ``preflight.collect.slurm_fleet``).
 

@@ -70,7 +70,8 @@ except ImportError:  # a shipped copy, run from a directory holding its siblings
 ENGINES = ("burn", "none", "vllm", "endpoint")
 SERVING_ENGINES = ("vllm", "endpoint")  # from vllm_engine.py beside this file
 # What those two engines need beside this file (vllm_engine.py imports the rest).
-SERVING_FILES = ("vllm_engine.py", "vllm_log.py", "loadgen.py", "loadgen_http.py", "loadgen_windows.py")
+SERVING_FILES = ("vllm_engine.py", "vllm_log.py", "loadgen.py", "loadgen_bench.py", "loadgen_http.py",
+                 "loadgen_windows.py")
 # Where the controller puts the agent's siblings and models/; resolved now, since a
 # --detach-ed agent changes its directory to /.
 HERE = Path(__file__).resolve().parent
@@ -103,6 +104,20 @@ class ServeParams:
     endpoint: str | None = None
     concurrency: int = 256
     max_tokens: int = 256
+    # As vllm bench serve (loadgen_bench.py): the load generator's LoadConfig fields of these names.
+    prompt_tokens: int = 256
+    sweep: tuple[int, ...] = ()
+    warmup_requests: int = 0
+    request_rate: float | None = None
+    burstiness: float = 1.0
+    range_ratio: float = 0.0
+    goodput: tuple[tuple[str, float], ...] = ()
+
+    def load_fields(self) -> dict:
+        """The load generator's options (``LoadConfig`` keyword arguments) these hold."""
+        return {"concurrency": self.concurrency, "max_tokens": self.max_tokens, "prompt_tokens": self.prompt_tokens,
+                "sweep": self.sweep, "warmup_requests": self.warmup_requests, "request_rate": self.request_rate,
+                "burstiness": self.burstiness, "range_ratio": self.range_ratio, "goodput": self.goodput}
 
 
 @dataclass(frozen=True)
@@ -362,10 +377,10 @@ def _make_engine(cfg: AgentConfig, gpus: list[tuple[int, str]]):
     ve = serving_module()
     sp = cfg.serve
     if cfg.engine == "endpoint":
-        load = ve.loadgen.LoadConfig(url=sp.endpoint, concurrency=sp.concurrency, max_tokens=sp.max_tokens)
+        load = ve.loadgen.LoadConfig(url=sp.endpoint, **sp.load_fields())
         return ve.EndpointEngine(load, cfg.out, cfg.seconds)
     # The engine points the load at its own server once it has a port.
-    load = ve.loadgen.LoadConfig(concurrency=sp.concurrency, max_tokens=sp.max_tokens)
+    load = ve.loadgen.LoadConfig(**sp.load_fields())
     params = ve.VllmParams(model=sp.model, python=sp.python, skip_tokenizer_init=sp.skip_tokenizer_init,
                            extra_args=sp.extra_args, ready_timeout_s=sp.ready_timeout_s, load=load)
     return ve.VllmEngine(params, cfg.out, cfg.seconds, [uuid for _, uuid in gpus if uuid])
@@ -446,6 +461,32 @@ def _count(text: str) -> int:
     return value
 
 
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers: {text!r}") from None
+    if min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"every level must be at least 1: {text!r}")
+    return levels
+
+
+def _goodput(pairs: list[str]) -> tuple[tuple[str, float], ...]:
+    """``KEY:MS`` pairs as loadgen_bench.parse_goodput reads them (that file is shipped only with
+    the serving engines, so the agent checks the shape itself)."""
+    out = []
+    for pair in pairs:
+        key, _, value = pair.partition(":")
+        try:
+            limit = float(value)
+        except ValueError:
+            limit = -1.0
+        if key not in ("ttft", "tpot", "e2el") or not 0 <= limit < float("inf") or key in dict(out):
+            raise ValueError(f"--goodput {pair!r}: expected KEY:MS, KEY one of ttft, tpot, e2el, each once")
+        out.append((key, limit))
+    return tuple(out)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="agent.py", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="soak directory to create (default: ./soak-TIMESTAMP)")
@@ -484,6 +525,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="seconds between readings of the RDMA port counters, besides one before and one after "
                          "the load (default %(default)g; 0: none)")
     ap.add_argument("--ib-sysfs", type=Path, default=SYSFS, help=argparse.SUPPRESS)  # tests: a recorded tree
+    serve.add_argument("--prompt-tokens", type=_count, default=ServeParams.prompt_tokens,
+                       help="prompt tokens per request (default %(default)d)")
+    serve.add_argument("--sweep", type=_levels, default=(), metavar="C1,C2,...",
+                       help="concurrency levels one after another, --seconds split evenly between them")
+    serve.add_argument("--warmup-requests", type=int, default=0, help="requests before the load, in no figure")
+    serve.add_argument("--request-rate", type=_seconds, default=None, help="requests/s (gamma arrivals), "
+                       "at most --concurrency in flight")
+    serve.add_argument("--burstiness", type=_seconds, default=1.0, help="gamma shape of the arrival gaps (default 1)")
+    serve.add_argument("--range-ratio", type=float, default=0.0,
+                       help="prompt and output lengths uniform in n * [1 - R, 1 + R] (default 0)")
+    serve.add_argument("--goodput", action="append", default=[], metavar="KEY:MS",
+                       help="a request within every limit (ttft, tpot, e2el in ms) is good; repeatable")
     ap.add_argument("--detach", action="store_true",
                     help="run in the background, detached from the terminal/SSH session")
     ap.add_argument("--fake-nvml", help=argparse.SUPPRESS)
@@ -500,6 +553,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--interval: at most {MAX_RATE_HZ:g} samples a second (>= {1 / MAX_RATE_HZ:g} s)")
     if not 0 <= args.copy_fraction < 1:
         ap.error("--copy-fraction: must be in [0, 1)")
+    if not 0 <= args.range_ratio < 1:
+        ap.error("--range-ratio: must be in [0, 1)")
+    if args.warmup_requests < 0:
+        ap.error("--warmup-requests: must not be negative")
+    if args.sweep and args.request_rate is not None:
+        ap.error("--sweep steps the concurrency; it does not go with --request-rate")
+    try:
+        args.goodput = _goodput(args.goodput)
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.gpus is not None:
         try:
             args.gpus = tuple(int(g) for g in args.gpus.split(",") if g.strip())
@@ -528,7 +591,9 @@ def main(argv: list[str] | None = None) -> int:
                       interval_s=args.interval, gpus=args.gpus,
                       burn=BurnParams(args.window, args.copy_fraction, args.gemm_size, args.bench, args.sdc),
                       serve=ServeParams(args.model, args.vllm_python, args.vllm_arg, args.skip_tokenizer_init,
-                                        args.ready_timeout, args.endpoint, args.concurrency, args.max_tokens),
+                                        args.ready_timeout, args.endpoint, args.concurrency, args.max_tokens,
+                                        args.prompt_tokens, args.sweep, args.warmup_requests, args.request_rate,
+                                        args.burstiness, args.range_ratio, args.goodput),
                       ib_interval_s=args.ib_interval, ib_root=args.ib_sysfs.absolute())
     agent = Agent(cfg, lambda: load_nvml(args.fake_nvml))
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -45,8 +45,9 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 try:
-    from . import loadgen_http, loadgen_windows
+    from . import loadgen_bench, loadgen_http, loadgen_windows
 except ImportError:  # a shipped copy, run as a script beside its siblings
+    import loadgen_bench
     import loadgen_http
     import loadgen_windows
 
@@ -80,6 +81,15 @@ class LoadConfig:
     scrape_metrics: bool = True
     seed: int = 0
     api_key: Optional[str] = None
+    # vllm bench serve parity (loadgen_bench.py says how each is defined there).
+    # sweep: concurrency levels run one after another, each for seconds / len(sweep).
+    sweep: Tuple[int, ...] = ()
+    warmup_requests: int = 0  # sent and waited for before the load; in no figure
+    request_rate: Optional[float] = None  # requests/s (gamma arrivals) capped by concurrency; None: closed loop
+    burstiness: float = 1.0
+    range_ratio: float = 0.0  # prompt and output lengths uniform in n * [1 - r, 1 + r]
+    goodput: Tuple[Tuple[str, float], ...] = ()  # (ttft|tpot|e2el, ms): a request within all is good
+    save_result: Optional[str] = None  # a vllm bench serve result file (one a level: NAME-cN.json)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.max_tokens < 1 or self.prompt_tokens < 1:
@@ -88,6 +98,17 @@ class LoadConfig:
             raise ValueError("window_s and seconds must be positive")
         if not 0 <= self.token_id_range[0] < self.token_id_range[1]:
             raise ValueError(f"token_id_range: empty range {self.token_id_range}")
+        if any(c < 1 for c in self.sweep):
+            raise ValueError(f"sweep: every level must be at least 1, got {list(self.sweep)}")
+        if self.sweep and self.request_rate is not None:
+            raise ValueError("sweep and request_rate: a sweep steps the concurrency, a request rate fixes arrivals")
+        if self.warmup_requests < 0:
+            raise ValueError("warmup_requests must not be negative")
+        if self.request_rate is not None and not self.request_rate > 0:
+            raise ValueError("request_rate must be positive")
+        if not self.burstiness > 0:
+            raise ValueError("burstiness must be positive")
+        loadgen_bench.length_range(self.prompt_tokens, self.range_ratio)  # ValueError outside [0, 1)
 
     def to_argv(self) -> List[str]:
         """The command-line flags that give ``parse_args`` this configuration back (the API key
@@ -106,6 +127,18 @@ class LoadConfig:
             argv += ["--max-requests", str(self.max_requests)]
         if not self.scrape_metrics:
             argv.append("--no-metrics")
+        if self.sweep:
+            argv += ["--sweep", ",".join(map(str, self.sweep))]
+        if self.warmup_requests:
+            argv += ["--num-warmups", str(self.warmup_requests)]
+        if self.request_rate is not None:
+            argv += ["--request-rate", repr(self.request_rate), "--burstiness", repr(self.burstiness)]
+        if self.range_ratio:
+            argv += ["--random-range-ratio", repr(self.range_ratio)]
+        if self.goodput:
+            argv += ["--goodput", *(f"{k}:{v!r}" for k, v in self.goodput)]
+        if self.save_result:
+            argv += ["--save-result", self.save_result]
         return argv
 
 
@@ -127,6 +160,9 @@ class LoadSummary:
     kv_cache_metric: Optional[str]
     fatal: Optional[str] = None
     notes: Tuple[str, ...] = ()
+    warmup: Optional[dict] = None  # the warm-up's requests, completed and errors (in no figure above)
+    good_requests: Optional[int] = None  # completed within every goodput limit (None: no --goodput)
+    results: Tuple[dict, ...] = ()  # one vllm bench serve result a level (the run's one without a sweep)
 
 
 class _NoResponse(Exception):
@@ -154,9 +190,16 @@ class LoadGenerator:
         self.errors: Dict[str, int] = {}
         self.error_examples: Dict[str, str] = {}
         self._started = self._completed = self._cancelled = self._in_flight = self._tokens = 0
-        self._all_ttft: List[float] = []
-        self._all_tpot: List[float] = []
+        # Bounded however long the soak: a reservoir for the run's percentiles.
+        self._all_ttft = loadgen_bench.Sample(random.Random(cfg.seed + 1))
+        self._all_tpot = loadgen_bench.Sample(random.Random(cfg.seed + 2))
         self._rec: Optional[loadgen_windows.WindowRecorder] = None
+        self._level: Optional[loadgen_bench.Level] = None  # the stretch results are counted in
+        self._levels: List[Tuple[loadgen_bench.Level, float]] = []  # finished ones, with their length
+        self._good = 0
+        self._target = cfg.concurrency  # workers at or above this index stop (a sweep's level)
+        self._tasks: List[asyncio.Future] = []
+        self._warmup: Optional[dict] = None
         self._stopping = False
         self._scrapes = 0
         self._scrape_errors = 0
@@ -169,17 +212,27 @@ class LoadGenerator:
 
     # --- one request
 
+    def lengths(self, rid: int) -> Tuple[int, int]:
+        """Request ``rid``'s prompt and output lengths (fixed, or drawn as vLLM's random dataset does)."""
+        cfg = self.cfg
+        if not cfg.range_ratio:
+            return cfg.prompt_tokens, cfg.max_tokens
+        rng = random.Random(cfg.seed * 1_000_003 + rid + 0x5EED)
+        return (loadgen_bench.draw_length(rng, cfg.prompt_tokens, cfg.range_ratio),
+                loadgen_bench.draw_length(rng, cfg.max_tokens, cfg.range_ratio))
+
     def body(self, rid: int, mode: str, max_tokens: Optional[int] = None) -> bytes:
         cfg = self.cfg
         rng = random.Random(cfg.seed * 1_000_003 + rid)
-        doc: dict = {"model": self.model, "max_tokens": max_tokens or cfg.max_tokens, "stream": True,
+        prompt_len, output_len = self.lengths(rid)
+        doc: dict = {"model": self.model, "max_tokens": max_tokens or output_len, "stream": True,
                      "stream_options": {"include_usage": True}, "temperature": 1.0}
         if mode == "text":
-            doc["prompt"] = " ".join(rng.choice(_WORDS) for _ in range(cfg.prompt_tokens))
+            doc["prompt"] = " ".join(rng.choice(_WORDS) for _ in range(prompt_len))
         else:
             lo, hi = cfg.token_id_range
             # Random per request, so prefix caching cannot turn the prefill into a cache hit.
-            doc["prompt"] = [rng.randrange(lo, hi) for _ in range(cfg.prompt_tokens)]
+            doc["prompt"] = [rng.randrange(lo, hi) for _ in range(prompt_len)]
         if mode == "token_ids+vllm":
             doc["ignore_eos"] = True
             doc["return_token_ids"] = True
@@ -190,6 +243,8 @@ class LoadGenerator:
         self.error_examples.setdefault(kind, detail[:300])
         if self._rec is not None:
             self._rec.error()
+        if self._level is not None:
+            self._level.failed += 1
 
     async def _request(self, rid: int) -> bool:
         """One streamed completion; True when it completed."""
@@ -254,15 +309,22 @@ class LoadGenerator:
             tpot = (last - first) / (tokens - 1) if first is not None and tokens > 1 else None
             self._completed += 1
             if tpot is not None:
-                self._all_tpot.append(tpot)
+                self._all_tpot.add(tpot)
+            done_at = time.monotonic()
+            result = loadgen_bench.RequestResult(True, self.lengths(rid)[0], tokens,
+                                                 None if first is None else first - t_start, done_at - t_start)
+            good = bool(cfg.goodput) and loadgen_bench.is_good(result, cfg.goodput)
+            self._good += good
+            if self._level is not None:
+                self._level.add(result, cfg.goodput)
             if self._rec is not None:
-                self._rec.completed(tpot)
+                self._rec.completed(tpot, good)
             return True
         finally:
             resp.close()
 
     def _record_ttft(self, ttft: float) -> None:
-        self._all_ttft.append(ttft)
+        self._all_ttft.add(ttft)
         if self._rec is not None:
             self._rec.first_token(ttft)
 
@@ -271,25 +333,81 @@ class LoadGenerator:
         if self._rec is not None:
             self._rec.tokens(n)
 
-    async def _worker(self) -> None:
+    async def _worker(self, index: int, limit: Optional[int]) -> None:
+        """Keeps one request in flight while ``index`` is below the level's concurrency."""
         backoff = BACKOFF_MIN_S
-        limit = self.cfg.max_requests
-        while not self._stopping and (limit is None or self._started < limit):
-            rid = self._started
-            self._started += 1
-            self._in_flight += 1
-            try:
-                ok = await self._request(rid)
-            except asyncio.CancelledError:
-                self._cancelled += 1
-                raise
-            finally:
-                self._in_flight -= 1
-            if ok:
-                backoff = BACKOFF_MIN_S
-            else:
+        while not self._stopping and index < self._target and (limit is None or self._started < limit):
+            if not await self._send():
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
+            else:
+                backoff = BACKOFF_MIN_S
+
+    async def _send(self) -> bool:
+        rid = self._started
+        self._started += 1
+        self._in_flight += 1
+        if self._level is not None:
+            self._level.max_in_flight = max(self._level.max_in_flight, self._in_flight)
+        try:
+            return await self._request(rid)
+        except asyncio.CancelledError:
+            self._cancelled += 1
+            raise
+        finally:
+            self._in_flight -= 1
+
+    async def _dispatch(self) -> None:
+        """Open loop: a request every gamma-distributed gap, at most ``concurrency`` in flight (the
+        rest wait for a slot, as under vLLM's --max-concurrency; waiting is not in their TTFT)."""
+        cfg = self.cfg
+        rng = random.Random(cfg.seed + 3)
+        slots = asyncio.Semaphore(cfg.concurrency)
+        pending: set = set()
+
+        async def one() -> None:
+            async with slots:
+                if not self._stopping:
+                    await self._send()
+
+        dispatched, due = 0, time.monotonic()
+        try:
+            while not self._stopping and (cfg.max_requests is None or dispatched < cfg.max_requests):
+                due += loadgen_bench.arrival_gap(rng, cfg.request_rate, cfg.burstiness)
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                task = asyncio.ensure_future(one())
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                dispatched += 1
+            await asyncio.gather(*list(pending))
+        finally:
+            for task in list(pending):
+                task.cancel()
+            await asyncio.gather(*list(pending), return_exceptions=True)
+
+    async def _warm_up(self, stop: asyncio.Event) -> None:
+        """``warmup_requests`` requests (at most ``concurrency`` at once), then every count reset:
+        the first requests of a fresh server (compilation, allocation) are in no figure."""
+        cfg = self.cfg
+        t0 = time.time()
+        self._target, left = cfg.concurrency, cfg.warmup_requests
+        workers = [asyncio.ensure_future(self._worker(i, cfg.warmup_requests))
+                   for i in range(min(cfg.concurrency, left))]
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([asyncio.gather(*workers, return_exceptions=True), stopped],
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            stopped.cancel()
+        self._warmup = {"requests": self._started, "completed": self._completed, "errors": dict(self.errors),
+                        "seconds": round(time.time() - t0, 3)}
+        self._started = self._completed = self._cancelled = self._tokens = self._good = 0
+        self.errors, self.error_examples = {}, {}
+        self._all_ttft = loadgen_bench.Sample(random.Random(cfg.seed + 1))
+        self._all_tpot = loadgen_bench.Sample(random.Random(cfg.seed + 2))
 
     # --- before the load
 
@@ -363,54 +481,100 @@ class LoadGenerator:
         return await self._load(stop)
 
     async def _load(self, stop: asyncio.Event) -> LoadSummary:
+        """The load: one level (the concurrency, or the request rate), or a sweep's levels one after
+        another, each on its own grid of windows from the level's start."""
         cfg = self.cfg
+        if cfg.warmup_requests:
+            await self._warm_up(stop)
+            if stop.is_set():
+                return self._summary(None, 0.0, 0)
         baseline = await self._scrape()
         t0 = time.time()
-        self._rec = loadgen_windows.WindowRecorder(t0)
+        self._rec = loadgen_windows.WindowRecorder(t0, goodput=bool(cfg.goodput))
         self._rec.baseline(baseline)
-        end = t0 + cfg.seconds
-        workers = [asyncio.ensure_future(self._worker()) for _ in range(cfg.concurrency)]
-        all_done = asyncio.ensure_future(asyncio.gather(*workers, return_exceptions=True))
+        levels = cfg.sweep or (cfg.concurrency,)
+        step = cfg.seconds / len(levels)
         stopped = asyncio.ensure_future(stop.wait())
-        windows, k = 0, 1
+        windows, finished = 0, False
         try:
-            while True:
-                boundary = t0 + k * cfg.window_s
-                if end - boundary < cfg.window_s / 2:  # no stub of a window before the end
-                    boundary = end
-                await asyncio.wait([all_done, stopped], timeout=max(0.0, boundary - time.time()),
-                                   return_when=asyncio.FIRST_COMPLETED)
-                now = time.time()
-                # The last window is closed before the requests in flight are cancelled, so that
-                # its rows describe the load as it ran.
-                if now > self._rec.window_start:
-                    await self._close_window(now)
-                    windows += 1
-                if all_done.done() or stopped.done() or now >= end - 1e-3:  # timers may fire a hair early
+            for i, level in enumerate(levels):
+                start = t0 + i * step
+                end = t0 + cfg.seconds if i == len(levels) - 1 else start + step
+                self._level = loadgen_bench.Level(level if cfg.sweep or cfg.request_rate is None else cfg.concurrency,
+                                                  time.time(), seed=cfg.seed + i)
+                if cfg.request_rate is not None:
+                    self._tasks = [asyncio.ensure_future(self._dispatch())]
+                else:
+                    self._target = level
+                    # Workers below the level are running; a lower level lets the rest finish and stop.
+                    for j in range(level):
+                        worker = asyncio.ensure_future(self._worker(j, cfg.max_requests))
+                        if j == len(self._tasks):
+                            self._tasks.append(worker)
+                        elif self._tasks[j].done():  # it left an earlier, lower level
+                            self._tasks[j] = worker
+                        else:
+                            worker.cancel()
+                k, now = 1, time.time()
+                while True:
+                    boundary = start + k * cfg.window_s
+                    if end - boundary < cfg.window_s / 2:  # no stub of a window before the end
+                        boundary = end
+                    await self._wait(stopped, boundary)
+                    now = time.time()
+                    # The last window is closed before the requests in flight are cancelled, so
+                    # that its rows describe the load as it ran.
+                    if now > self._rec.window_start:
+                        await self._close_window(now)
+                        windows += 1
+                    finished = self._all_done() or stopped.done()
+                    if finished or now >= end - 1e-3:  # timers may fire a hair early
+                        break
+                    k += 1
+                self._levels.append((self._level, now - self._level.started))
+                if finished:
                     break
-                k += 1
         finally:
             self._stopping = True
-            for w in workers:
+            self._level = None  # requests cancelled now belong to no level
+            for w in self._tasks:
                 w.cancel()
-            await asyncio.gather(all_done, return_exceptions=True)
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             stopped.cancel()
         return self._summary(t0, time.time() - t0, windows)
+
+    def _all_done(self) -> bool:
+        return bool(self._tasks) and all(t.done() for t in self._tasks)
+
+    async def _wait(self, stopped: asyncio.Future, until: float) -> None:
+        """Until ``until``, a stop, or every worker done (a worker leaving a lower level is not)."""
+        while not stopped.done() and not self._all_done():
+            left = until - time.time()
+            if left <= 0:
+                return
+            await asyncio.wait([t for t in self._tasks if not t.done()] + [stopped], timeout=left,
+                               return_when=asyncio.FIRST_COMPLETED)
 
     async def _close_window(self, now: float) -> None:
         """Counts stop at ``now``; the scrape that follows (load still running) gives the server's side."""
         start = self._rec.window_start
         rows = self._rec.close(now, self._in_flight)
+        if self.cfg.sweep and self._level is not None:
+            rows.append(loadgen_windows.MetricRow(round(now, 3), "concurrency", self._level.concurrency))
         gauges = await self._scrape()
         if gauges is not None:
             rows += self._rec.server_rows(now, now - start, gauges)
         self.emit(rows)
 
     def _summary(self, t0: Optional[float], duration: float, windows: int, fatal: Optional[str] = None) -> LoadSummary:
-        def pct(values: List[float], qs: Sequence[int]) -> Dict[str, float]:
+        def pct(sample: loadgen_bench.Sample, qs: Sequence[int]) -> Dict[str, float]:
+            values = sample.kept
             return {f"p{q}": round(loadgen_windows.percentile(values, q) * 1e3, 3) for q in qs} if values else {}
 
+        cfg = self.cfg
         notes = list(self.notes) + [f"{kind}: e.g. {text}" for kind, text in self.error_examples.items()]
+        info = loadgen_bench.RunInfo(self.model, cfg.request_rate, cfg.burstiness, cfg.goodput)
+        results = tuple(loadgen_bench.result(level, info, seconds, level.started) for level, seconds in self._levels)
         return LoadSummary(
             model=self.model, prompt_mode=self.mode, started=t0, duration_s=round(duration, 3),
             requests_started=self._started, requests_completed=self._completed,
@@ -418,7 +582,8 @@ class LoadGenerator:
             ttft_ms=pct(self._all_ttft, loadgen_windows.TTFT_PERCENTILES),
             tpot_ms=pct(self._all_tpot, loadgen_windows.TPOT_PERCENTILES),
             windows=windows, scrapes=self._scrapes, kv_cache_metric=self._kv_metric, fatal=fatal,
-            notes=tuple(notes))
+            notes=tuple(notes), warmup=self._warmup, good_requests=self._good if cfg.goodput else None,
+            results=results)
 
 
 def run_load(cfg: LoadConfig, emit: Callable[[List[loadgen_windows.MetricRow]], None],
@@ -460,6 +625,25 @@ def _id_range(text: str) -> Tuple[int, int]:
     return int(lo), int(hi)
 
 
+def _levels(text: str) -> Tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"every level must be at least 1, got {text!r}")
+    return levels
+
+
+def result_paths(path: str, results: Sequence[dict]) -> List[Tuple[str, dict]]:
+    """Where each level's result file goes: ``path`` itself for one, ``STEM-cN.json`` for a sweep's."""
+    if len(results) == 1:
+        return [(path, results[0])]
+    stem, dot, ext = path.rpartition(".")
+    stem, ext = (stem, "." + ext) if dot and "/" not in ext else (path, "")
+    return [(f"{stem}-c{r['max_concurrency']}{ext}", r) for r in results]
+
+
 def parse_args(argv: Optional[List[str]]) -> Tuple[LoadConfig, bool]:
     """The load's configuration, and whether to stop when stdin closes."""
     d = LoadConfig()
@@ -488,6 +672,21 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[LoadConfig, bool]:
                     help=f"longest request (default {d.request_timeout_s:g})")
     ap.add_argument("--no-metrics", action="store_true", help="do not scrape /metrics")
     ap.add_argument("--seed", type=int, default=d.seed)
+    bench = ap.add_argument_group("as vllm bench serve (vLLM 0.32.0 vllm/benchmarks/serve.py)")
+    bench.add_argument("--sweep", type=_levels, default=(), metavar="C1,C2,...",
+                       help="concurrency levels run one after another, --seconds split evenly between them")
+    bench.add_argument("--num-warmups", type=int, default=0, help="warm-up requests before the load, counted nowhere")
+    bench.add_argument("--request-rate", type=_positive, default=None,
+                       help="requests per second (gamma arrivals), at most --concurrency in flight (default: "
+                            "closed loop, --concurrency always in flight)")
+    bench.add_argument("--burstiness", type=_positive, default=d.burstiness,
+                       help="gamma shape of the arrival gaps: 1 Poisson, < 1 burstier, > 1 more even (default 1)")
+    bench.add_argument("--random-range-ratio", type=float, default=d.range_ratio, metavar="R",
+                       help="prompt and output lengths uniform in [n(1-R), n(1+R)], 0 <= R < 1 (default 0: fixed)")
+    bench.add_argument("--goodput", nargs="+", default=[], metavar="KEY:MS",
+                       help="a request is good when within every limit: ttft, tpot, e2el in ms")
+    bench.add_argument("--save-result", metavar="FILE",
+                       help="write the result as vllm bench serve --save-result does (a sweep: FILE-cN.json a level)")
     ap.add_argument("--stop-on-stdin-eof", action="store_true", help="stop when stdin closes (the caller died)")
     a = ap.parse_args(argv)
     try:
@@ -497,7 +696,10 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[LoadConfig, bool]:
                          ready_timeout_s=a.ready_timeout, connect_timeout_s=a.connect_timeout,
                          idle_timeout_s=a.idle_timeout,
                          request_timeout_s=a.request_timeout, scrape_metrics=not a.no_metrics, seed=a.seed,
-                         api_key=os.environ.get("OPENAI_API_KEY") or None)
+                         api_key=os.environ.get("OPENAI_API_KEY") or None, sweep=a.sweep,
+                         warmup_requests=a.num_warmups, request_rate=a.request_rate, burstiness=a.burstiness,
+                         range_ratio=a.random_range_ratio, goodput=loadgen_bench.parse_goodput(a.goodput),
+                         save_result=a.save_result)
         loadgen_http.Endpoint.from_url(cfg.url)
     except ValueError as exc:
         ap.error(str(exc))
@@ -531,6 +733,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     summary = run_load(cfg, emit, stop, lambda kind, data: _print({"event": kind, **data}))
     if summary.fatal:
         _print({"event": "fatal", "message": summary.fatal})
+    if cfg.save_result and summary.results:
+        for path, doc in result_paths(cfg.save_result, summary.results):
+            tmp = f"{path}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+            os.replace(tmp, path)  # never a half-written result
     _print({"event": "summary", **asdict(summary)})
     return 1 if summary.fatal else 0
 

@@ -8,10 +8,12 @@ Per window (default 10 s, on a grid from the start of the load; the window befor
 takes in a rest shorter than half a window, and a run stopped early closes its last window
 where it stands):
 ``output_tokens_per_s`` (tokens received in the window), ``requests_per_s`` (completed),
-``ttft_p50_ms``/``ttft_p90_ms``/``ttft_p99_ms`` (requests whose first token came in the
-window), ``tpot_p50_ms``/``tpot_p99_ms`` ((last token - first token) / (tokens - 1) of requests
-completed in the window, as ``vllm bench serve`` defines it), ``errors``, ``in_flight`` (at the
-window's end); and from ``/metrics`` scraped at the window's end (Prometheus text format):
+``goodput_requests_per_s`` (completed within every ``--goodput`` limit; only with goodput
+limits, loadgen_bench.py defines them), ``ttft_p50_ms``/``ttft_p90_ms``/``ttft_p99_ms``
+(requests whose first token came in the window), ``tpot_p50_ms``/``tpot_p99_ms`` ((last
+token - first token) / (tokens - 1) of requests completed in the window, as ``vllm bench
+serve`` defines it), ``errors``, ``in_flight`` (at the window's end), ``concurrency`` (a
+sweep's level, only in a sweep); and from ``/metrics`` scraped at the window's end (Prometheus text format):
 ``requests_running``, ``requests_waiting``, ``kv_cache_usage`` (fraction 0-1, from
 ``vllm:kv_cache_usage_perc`` or the deprecated ``vllm:gpu_cache_usage_perc`` of older vLLM),
 ``preemptions`` (``vllm:num_preemptions_total`` increase over the window) and
@@ -165,6 +167,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 class _Bucket:
     tokens: int = 0
     completed: int = 0
+    good: int = 0
     errors: int = 0
     ttft_s: List[float] = field(default_factory=list)
     tpot_s: List[float] = field(default_factory=list)
@@ -178,8 +181,9 @@ class WindowRecorder:
     """Collects what happens between two window closes; ``close`` turns it into rows. Times are
     passed in, so the arithmetic is testable without a clock."""
 
-    def __init__(self, t0: float):
+    def __init__(self, t0: float, goodput: bool = False):
         self.window_start = t0
+        self.goodput = goodput
         self._b = _Bucket()
         self._last_gauges: Optional[ServerGauges] = None
 
@@ -189,8 +193,9 @@ class WindowRecorder:
     def first_token(self, ttft_s: float) -> None:
         self._b.ttft_s.append(ttft_s)
 
-    def completed(self, tpot_s: Optional[float]) -> None:
+    def completed(self, tpot_s: Optional[float], good: bool = False) -> None:
         self._b.completed += 1
+        self._b.good += good
         if tpot_s is not None:
             self._b.tpot_s.append(tpot_s)
 
@@ -207,6 +212,8 @@ class WindowRecorder:
         t = round(t_end, 3)
         rows = [MetricRow(t, "output_tokens_per_s", round(b.tokens / dt, 3)),
                 MetricRow(t, "requests_per_s", round(b.completed / dt, 4))]
+        if self.goodput:
+            rows.append(MetricRow(t, "goodput_requests_per_s", round(b.good / dt, 4)))
         for q in TTFT_PERCENTILES:
             if b.ttft_s:
                 rows.append(MetricRow(t, f"ttft_p{q}_ms", round(percentile(b.ttft_s, q) * 1e3, 3)))

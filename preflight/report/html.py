@@ -265,10 +265,16 @@ def _soak(section: dict, plots: Mapping[str, bytes], ids: _Ids) -> str:
     for host in sorted(plots):
         data = base64.b64encode(plots[host]).decode("ascii")
         out.append(f'<figure id="plot-{_e(ids.host.get(host, host))}"><img alt="soak telemetry of {_e(host)}" '
-                   f'src="data:image/png;base64,{data}"><figcaption>{_e(host)}: temperature, SM clock, power '
-                   f"and throughput over the soak; shaded spans carry a clock-event reason</figcaption></figure>")
+                   f'src="data:image/png;base64,{data}"><figcaption>{_e(host)}: {_caption(host)}</figcaption>'
+                   "</figure>")
     out.append("</section>")
     return "".join(out)
+
+
+def _caption(plot: str) -> str:
+    if plot.endswith(" sweep"):  # soak/judge.py names a concurrency sweep's plot "<host> sweep"
+        return "output tokens/s and P99 TTFT against the requests in flight; x the knee, o the recommended level"
+    return "temperature, SM clock, power and throughput over the soak; shaded spans carry a clock-event reason"
 
 
 def _soak_value(key: str, value) -> str:

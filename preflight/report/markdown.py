@@ -58,9 +58,43 @@ def render(analysis: Analysis) -> str:
         for e in f.evidence:
             out += [f"Evidence from `{e.probe}`:", "", *_fenced(e.excerpt), ""]
 
+    out += _serving(meta.get("soak") or {})
+
     passed = [f for f in analysis.findings if f.status in (Status.PASS, Status.SKIP)]
     if passed:
         out += ["## Passed and skipped", "", "| host | check | verdict | summary |", "| --- | --- | --- | --- |"]
         out += [f"| {f.host or 'fleet'} | {f.check} | {_ICON[f.status.value]} | {_cell(f.summary)} |" for f in passed]
         out.append("")
     return "\n".join(out)
+
+
+def _num(value, digits: int = 0) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _serving(section: dict) -> list[str]:
+    """A served model's goodput beside its throughput, and each concurrency sweep's levels with
+    the knee (the soak section's ``requests_per_s``, ``goodput_requests_per_s`` and ``sweep``)."""
+    out: list[str] = []
+    rates = [(h, s) for h, s in sorted(section.items()) if isinstance(s, dict) and s.get("requests_per_s") is not None]
+    if rates:
+        out += ["## Serving", "", "| host | requests/s | goodput req/s | output tokens/s at first | at the end |",
+                "| --- | --- | --- | --- | --- |"]
+        out += [f"| {h} | {_num(s.get('requests_per_s'), 2)} | {_num(s.get('goodput_requests_per_s'), 2)} | "
+                f"{_num(s.get('throughput_baseline'))} | {_num(s.get('throughput_final'))} |" for h, s in rates]
+        out.append("")
+    for host, s in sorted(section.items()):
+        swept = s.get("sweep") if isinstance(s, dict) else None
+        if not isinstance(swept, dict):
+            continue
+        out += [f"### Concurrency sweep on {host}: knee {swept.get('knee') or 'not reached'}, recommended: "
+                f"{swept.get('recommended') or 'none'}", "", _cell(str(swept.get("reason", ""))), "",
+                "| in flight | output tokens/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | errors "
+                "| goodput req/s |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for lv in swept.get("levels") or ():
+            cells = [str(lv.get("concurrency")), _num(lv.get("tokens_per_s")),
+                     *(_num(lv.get(k)) for k in ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms")),
+                     str(lv.get("errors")), _num(lv.get("goodput_requests_per_s"), 2)]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return out

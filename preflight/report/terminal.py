@@ -36,6 +36,7 @@ def show(analysis: Analysis, console: Console, report_dir: str | None = None) ->
     if len(passing) > _LIST_PASSING_UP_TO:
         table.add_row(f"{len(passing)} hosts", "[green]PASS[/]", "", "all checks passed")
     console.print(table)
+    _serving(analysis.meta.get("soak") or {}, console)
     for f in analysis.findings:
         if f.host is None and f.status in (Status.FAIL, Status.ERROR, Status.WARN):
             console.print(f"[{_STYLE[f.status.value]}]fleet {f.check}[/]: {f.summary}")
@@ -47,3 +48,33 @@ def show(analysis: Analysis, console: Console, report_dir: str | None = None) ->
     counts = {s: sum(v.status == s for v in analysis.hosts.values()) for s in ("pass", "warn", "fail", "error")}
     console.print("\n" + ", ".join(f"[{_STYLE[s]}]{n} {s}[/]" for s, n in counts.items() if n)
                   + (f" — report in {report_dir}" if report_dir else ""))
+
+
+def _ms(value) -> str:
+    return f"{value:.0f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def _serving(section: dict, console: Console) -> None:
+    """Each concurrency sweep's levels, knee and recommendation; a served model's goodput."""
+    for host, s in sorted(section.items()):
+        if not isinstance(s, dict):
+            continue
+        swept = s.get("sweep")
+        if isinstance(swept, dict):
+            table = Table(title=f"concurrency sweep on {host}: recommended {swept.get('recommended') or 'none'}"
+                                f" (knee {swept.get('knee') or 'not reached'})")
+            for column in ("in flight", "output tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "errors",
+                           "goodput req/s"):
+                table.add_column(column, justify="right")
+            for lv in swept.get("levels") or ():
+                good = lv.get("goodput_requests_per_s")
+                mark = " ◀" if lv.get("concurrency") == swept.get("recommended") else ""
+                table.add_row(f"{lv.get('concurrency')}{mark}", _ms(lv.get("tokens_per_s")),
+                              f"{_ms(lv.get('ttft_p50_ms'))}/{_ms(lv.get('ttft_p99_ms'))}",
+                              f"{_ms(lv.get('tpot_p50_ms'))}/{_ms(lv.get('tpot_p99_ms'))}", str(lv.get("errors")),
+                              f"{good:.2f}" if isinstance(good, (int, float)) else "-")
+            console.print(table)
+            console.print(str(swept.get("reason", "")), highlight=False, markup=False)
+        elif s.get("goodput_requests_per_s") is not None:
+            console.print(f"{host}: goodput {s['goodput_requests_per_s']:.2f} req/s of "
+                          f"{s.get('requests_per_s') or 0:.2f} req/s completed", highlight=False, markup=False)

@@ -45,6 +45,7 @@ from preflight.soak import ib
 from preflight.soak.context import SoakContext, soak_context
 from preflight.soak.data import SoakData, read_soak
 from preflight.soak.figures import DEFAULT_THRESHOLDS, GpuSummary, MetricTrend, Thresholds, node_throughput
+from preflight.soak.slo import run_rates
 
 # The order findings are reported in, which the soak's report has always had: host by host,
 # each host's in check order, except that a host without GPU telemetry starts with its
@@ -69,9 +70,17 @@ class HostSoak:
     throughput_decay: float | None
     # The RDMA counters' readings (soak/ib.py ``section``), where the agent took any.
     ib_counters: Mapping[str, Any] | None = None
+    # A served model's (added keys: present only where the soak has them).
+    requests_per_s: float | None = None
+    goodput_requests_per_s: float | None = None  # requests within every --goodput limit, per second
+    sweep: dict[str, Any] | None = None  # levels, knee, recommended (sweep.py)
 
     def to_dict(self) -> dict[str, Any]:
-        extra = {"ib_counters": dict(self.ib_counters)} if self.ib_counters is not None else {}
+        extra = {k: v for k, v in (("requests_per_s", self.requests_per_s),
+                                   ("goodput_requests_per_s", self.goodput_requests_per_s),
+                                   ("sweep", self.sweep)) if v is not None}
+        if self.ib_counters is not None:
+            extra["ib_counters"] = dict(self.ib_counters)
         return {
             "engine": self.engine,
             "duration_s": self.duration_s,
@@ -90,6 +99,7 @@ class SoakResult:
     hosts: Mapping[str, HostSoak]
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = ()
+    sweeps: Mapping[str, tuple] | None = None  # host -> (levels, knee) of a swept host (sweep.py)
 
     def soak_section(self) -> dict[str, dict[str, Any]]:
         """The value of ``report.json``'s ``"soak"`` key."""
@@ -119,7 +129,8 @@ def analyze(data: SoakData, *, thresholds: Thresholds = DEFAULT_THRESHOLDS,
     platform profile, say)."""
     soak = soak_context(data, thresholds, slowdown_temperature_c)
     findings = run_checks(soak_checks() if checks is None else checks, soak)
-    return SoakResult(soak_section(soak), tuple(findings), soak.notes)
+    sweeps = {h: soak.sweep_of(h) for h in soak.swept_hosts}
+    return SoakResult(soak_section(soak), tuple(findings), soak.notes, sweeps)
 
 
 def run_checks(checks: Sequence[Check], soak: SoakContext) -> list[Finding]:
@@ -156,14 +167,31 @@ def soak_section(soak: SoakContext) -> dict[str, HostSoak]:
     sections = {}
     for host in soak.hosts:
         if soak.gpus[host]:
-            sections[host] = host_section(soak.engine, soak.gpus[host], soak.trends[host])
+            section = host_section(soak.engine, soak.gpus[host], soak.trends[host])
         elif host in soak.no_telemetry:
-            sections[host] = throughput_only_section(soak.engine, soak.throughput[host], soak.trends[host])
+            section = throughput_only_section(soak.engine, soak.throughput[host], soak.trends[host])
         else:
-            sections[host] = HostSoak(soak.engine, 0.0, None, None, (), None, None, None)
+            section = HostSoak(soak.engine, 0.0, None, None, (), None, None, None)
         if (readings := soak.ib_readings.get(host)) is not None and (ib_section := ib.section(readings)):
-            sections[host] = replace(sections[host], ib_counters=ib_section)
+            section = replace(section, ib_counters=ib_section)
+        sections[host] = replace(section, **serving_fields(soak, host))
     return sections
+
+
+def serving_fields(soak: SoakContext, host: str) -> dict[str, Any]:
+    """A served model's run rates and, for a sweep, its levels and knee."""
+    rows = soak.throughput[host]
+    if soak.engine == "burn" or rows.empty:
+        return {}
+    rates = run_rates(rows)
+    out: dict[str, Any] = {"requests_per_s": rates.get("requests_per_s"),
+                           "goodput_requests_per_s": rates.get("goodput_requests_per_s")}
+    swept = soak.sweep_of(host)
+    if swept is not None:
+        levels, knee = swept
+        out["sweep"] = {"levels": [lv.to_dict() for lv in levels], "knee": knee.knee,
+                        "recommended": knee.recommended, "reason": knee.reason}
+    return out
 
 
 def host_section(engine: str, gpus: Sequence[GpuSummary], trends: Sequence[MetricTrend]) -> HostSoak:

@@ -22,8 +22,9 @@ from functools import cached_property
 import pandas as pd
 
 from preflight.check import Outcome
+from preflight.model import Status
 from preflight.parse.ib_counters import TimedReading
-from preflight.soak import coverage, gpu_verdicts, ib, sdc, server_log, slo, throughput
+from preflight.soak import coverage, gpu_verdicts, ib, sdc, server_log, slo, sweep, throughput
 from preflight.soak.data import SoakData, read_events
 from preflight.soak.figures import (
     DEFAULT_THRESHOLDS,
@@ -108,7 +109,11 @@ class SoakContext:
 
     def judge_throughput(self, host: str) -> Outcome:
         """Times count from the host's first telemetry sample, or from its first throughput row
-        on a host without telemetry."""
+        on a host without telemetry. A sweep's throughput rises level by level by design: it is
+        judged per level (``judge_sweep``)."""
+        if host in self._sweeps:
+            return Outcome(Status.SKIP, "a concurrency sweep: throughput is judged level by level (soak-sweep)",
+                           host=host)
         rows = self.telemetry.get(host)
         if rows is not None:
             return throughput.throughput(host, self.trends[host], rows, self.thresholds)
@@ -117,7 +122,37 @@ class SoakContext:
         return throughput.throughput(host, self.trends[host], self.data.telemetry.iloc[:0], self.thresholds, t0=t0)
 
     def judge_latency(self, host: str) -> Outcome:
-        return slo.latency(host, self.throughput[host], self.thresholds.slos, self.thresholds.slo_budget)
+        if host in self._sweeps:
+            # Latency grows with the concurrency by design: judged per level, SLOs included.
+            return Outcome(Status.SKIP, "a concurrency sweep: latency and SLOs are judged level by level "
+                           "(soak-sweep)", host=host)
+        return slo.latency(host, self.throughput[host], self.thresholds.slos, self.thresholds.slo_budget,
+                           self.telemetry.get(host), self.thresholds)
+
+    @property
+    def swept_hosts(self) -> tuple[str, ...]:
+        return tuple(h for h in self.hosts if h in self._sweeps)
+
+    def judge_sweep(self, host: str) -> Outcome:
+        return self._sweep_verdicts[host]
+
+    def sweep_of(self, host: str) -> tuple[tuple[sweep.Level, ...], sweep.Knee] | None:
+        """A swept host's levels and knee (None for a host that was not swept)."""
+        return self._sweeps.get(host)
+
+    @cached_property
+    def _sweeps(self) -> dict[str, tuple[tuple[sweep.Level, ...], sweep.Knee]]:
+        th, out = self.thresholds, {}
+        for host in self.hosts:
+            rows = self.throughput[host]
+            if sweep.is_sweep(rows):
+                lvs = tuple(sweep.levels(rows, th.slos, th.slo_budget))
+                out[host] = (lvs, sweep.find_knee(lvs, th.knee_tokens_growth, th.knee_ttft_growth))
+        return out
+
+    @cached_property
+    def _sweep_verdicts(self) -> dict[str, Outcome]:
+        return sweep.verdicts(self._sweeps, self.thresholds.sweep_outlier_fraction)
 
     def judge_sdc(self, host: str) -> Outcome:
         return sdc.sdc(host, self.throughput[host])

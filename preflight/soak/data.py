@@ -230,8 +230,13 @@ def _read_csv(path: Path, columns: Sequence[str], notes: list[str]) -> pd.DataFr
         raise SoakDataError(path, "missing")
     if not path.is_file():
         raise SoakDataError(path, "not a file")
-    numeric_na = {c: _NOT_AVAILABLE for c in columns if c not in ("host", "metric")}
     try:
+        # The "not available" spellings apply to every column but the labels, those after the
+        # contract's too (e.g. the agent's clock-event time counters): an extra column of
+        # numbers with empty cells then reads as numbers, not as one string a cell, which held
+        # more than half of a long soak's memory.
+        header = pd.read_csv(path, nrows=0, encoding="utf-8").columns
+        numeric_na = {c: _NOT_AVAILABLE for c in header if c not in ("host", "metric")}
         # Blank lines are kept (as all-empty rows) so that row i is always line i + 2.
         df = pd.read_csv(path, dtype={"host": str, "metric": str}, keep_default_na=False, encoding="utf-8",
                          na_values=numeric_na, skip_blank_lines=False, low_memory=False)
@@ -252,9 +257,13 @@ def _read_csv(path: Path, columns: Sequence[str], notes: list[str]) -> pd.DataFr
     if len(df) and not _ends_with_newline(path):
         notes.append(f"{path.name}: last line {len(df) + 1} has no newline (cut off while being written); ignored")
         df = df.iloc[:-1]
-    cells = df[list(columns)]
-    blank = (cells.isna() | (cells == "")).all(axis=1)
-    return df[~blank].copy()
+    # Column by column, not as one frame of every cell: a long soak's telemetry is millions of rows.
+    blank = np.ones(len(df), bool)
+    for c in columns:
+        col = df[c]
+        empty = col.isna() if pd.api.types.is_numeric_dtype(col) else col.isna() | (col == "")
+        blank &= empty.to_numpy(bool)
+    return df[~blank].copy() if blank.any() else df
 
 
 def _ends_with_newline(path: Path) -> bool:

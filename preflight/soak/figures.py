@@ -42,9 +42,10 @@ GPU_IDLE = 0x1
 
 PRIMARY_METRICS = ("output_tokens_per_s", "tflops", "gpu_tflops", "hbm_gbps", "gpu_hbm_gbps")
 # The load generator's per-window figures that are not rates of work done (loadgen_windows.py;
-# its latency percentiles end in _ms).
+# its latency percentiles end in _ms). Goodput is a rate, but of requests within the latency
+# limits: soak-latency and soak-sweep judge it with the latencies, not as a throughput trend.
 NOT_THROUGHPUT = frozenset({"errors", "in_flight", "requests_running", "requests_waiting", "kv_cache_usage",
-                            "preemptions"})
+                            "preemptions", "concurrency", "goodput_requests_per_s"})
 
 
 def is_throughput(metric: str) -> bool:
@@ -77,6 +78,13 @@ class Thresholds:
     slos: tuple = ()  # preflight.soak.slo_spec.Slo, from --slo
     slo_budget: float = 0.05  # share of the windows an SLO may be broken in before it FAILs
     coverage_shortfall: float = 0.05
+    # A concurrency sweep's knee and fleet comparison (sweep.py says why these values).
+    knee_tokens_growth: float = 0.10
+    knee_ttft_growth: float = 0.50
+    sweep_outlier_fraction: float = 0.10
+    # A decay is the GPUs' when their loaded SM clock fell by at least this share of the decay
+    # over the same windows (throughput.py says why).
+    decay_clock_share: float = 0.5
     coverage_min_intervals: float = 2.0
 
     def baseline_s(self, span_s: float) -> float:
@@ -139,6 +147,10 @@ class MetricTrend:
     final: float
     decay: float | None
     cliff: Cliff | None
+    # The spans (start, end in epoch seconds) the baseline and the final level were taken over,
+    # so a decay can be set against the clocks of the same minutes.
+    baseline_span: tuple[float, float] | None = None
+    final_span: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -264,9 +276,14 @@ def throughput_trend(metric: str, times: np.ndarray, values: np.ndarray, th: Thr
     span = float(t[-1] - t[0])
     window = th.baseline_s(span)
     least = min(th.baseline_min_windows, len(v))
-    baseline = float(np.median(v[:max(least, int(np.sum(t <= t[0] + window)))]))
-    final = float(np.median(v[-max(least, int(np.sum(t >= t[-1] - window))):]))
+    first_n = max(least, int(np.sum(t <= t[0] + window)))
+    last_n = max(least, int(np.sum(t >= t[-1] - window)))
+    baseline = float(np.median(v[:first_n]))
+    final = float(np.median(v[-last_n:]))
     decay = 1.0 - final / baseline if baseline > 0 else None
+    # Each row is stamped at its window's end: a span starts one step before its first row.
+    step0 = float(np.median(np.diff(t))) if len(t) > 1 else 0.0
+    spans = ((float(t[0]) - step0, float(t[first_n - 1])), (float(t[-last_n]) - step0, float(t[-1])))
 
     cliff = None
     if baseline > 0 and len(v) > 1:
@@ -279,7 +296,7 @@ def throughput_trend(metric: str, times: np.ndarray, values: np.ndarray, th: Thr
             duration = float(t[j - 1] - t[i]) + step
             if duration > need and (cliff is None or duration > cliff.duration_s):
                 cliff = Cliff(float(t[i]) - step, float(t[j - 1]), duration, float(np.median(v[i:j])))
-    return MetricTrend(metric, gpu, len(v), baseline, final, decay, cliff)
+    return MetricTrend(metric, gpu, len(v), baseline, final, decay, cliff, *spans)
 
 
 def _runs(flags: np.ndarray) -> list[tuple[int, int]]:

@@ -18,6 +18,7 @@ from preflight.contracts import SOAK_JSON
 from preflight.diagnose.engine import KnowledgeBase, diagnose
 from preflight.model import Analysis, Check, HostVerdict, Status, worst
 from preflight.soak.analysis import CHECK_SERVER_LOG, analyze, soak_checks
+from preflight.soak.bench_results import write_results
 from preflight.soak.data import read_soak
 from preflight.soak.figures import DEFAULT_THRESHOLDS, Thresholds
 
@@ -31,9 +32,10 @@ def is_soak_dir(path: Path) -> bool:
 def judge_soak(soak_dir: Path, kb: KnowledgeBase, plots_dir: Path | None = None,
                checks: Sequence[Check] | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Analysis:
     """Read and judge ``soak_dir`` with ``checks`` (default: every soak check ``soak_checks``
-    finds); with ``plots_dir``, draw one PNG per host there and name them in
+    finds); with ``plots_dir``, draw one PNG per host (and per swept host) there and name them in
     ``meta["soak_plots"]`` (paths relative to the plots directory's parent, the run directory,
-    where report.html is written and reads them from)."""
+    where report.html is written and reads them from), and write the serving agents'
+    ``vllm bench serve``-shaped results to ``vllm-bench/`` beside it (bench_results.py)."""
     data = read_soak(soak_dir)  # raises SoakDataError naming file, line and field
     checks = soak_checks() if checks is None else list(checks)
     result = analyze(data, checks=checks, thresholds=thresholds)
@@ -53,9 +55,18 @@ def judge_soak(soak_dir: Path, kb: KnowledgeBase, plots_dir: Path | None = None,
         meta["soak_notes"] = list(result.notes)
     if plots_dir is not None:
         # matplotlib: only when plots are asked for.
-        from preflight.soak.plots import plot_soak
+        from preflight.soak.plots import plot_soak, plot_sweep
 
         plots_dir.mkdir(parents=True, exist_ok=True)
         drawn = plot_soak(data, plots_dir)
         meta["soak_plots"] = {h: str(Path(plots_dir.name) / p.name) for h, p in drawn.items()}
+        swept = result.sweeps or {}
+        if swept:
+            drawn = plot_sweep(swept, plots_dir)
+            # Beside the telemetry plots, under "<host> sweep" (report.html shows every plot named here).
+            meta["soak_plots"].update({f"{h} sweep": str(Path(plots_dir.name) / p.name) for h, p in drawn.items()})
+        # The vllm bench serve results go beside the plots, in the run directory (bench_results.py).
+        written = write_results(data.meta.extra, plots_dir.parent)
+        if written:
+            meta["vllm_bench_results"] = [str(p.relative_to(plots_dir.parent)) for p in written]
     return Analysis(hosts, findings, diagnose(findings, kb), list(checks), meta)

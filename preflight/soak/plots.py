@@ -190,3 +190,46 @@ def _shade(axes, binned: pd.DataFrame, span: float, n_bins: int) -> None:
 
 def _safe(host: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in host)
+
+
+def plot_sweep(by_host: dict[str, tuple], out_dir: str | Path) -> dict[str, Path]:
+    """``<out_dir>/sweep-<host>.png`` for every swept host (``by_host``: host -> (levels, knee) of
+    sweep.py): output tokens/s and P99 TTFT against the concurrency, every host on one pair of
+    axes so a curve unlike the others shows, the knee marked x and the recommended level o."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for host, (levels, knee) in by_host.items():
+        if not levels:
+            continue
+        fig, (ax_tok, ax_ttft) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, constrained_layout=True)
+        for other, (lvs, _) in by_host.items():
+            if other != host and lvs:
+                x = [lv.concurrency for lv in lvs]
+                ax_tok.plot(x, [lv.tokens_per_s for lv in lvs], color="lightgrey", lw=0.8)
+                ax_ttft.plot(x, [lv.ttft_p99_ms or np.nan for lv in lvs], color="lightgrey", lw=0.8)
+        x = [lv.concurrency for lv in levels]
+        ax_tok.plot(x, [lv.tokens_per_s for lv in levels], "-o", color="black", lw=1.2, ms=4, label=host)
+        ax_ttft.plot(x, [lv.ttft_p99_ms or np.nan for lv in levels], "-o", color="black", lw=1.2, ms=4)
+        for ax, values in ((ax_tok, [lv.tokens_per_s for lv in levels]),
+                           (ax_ttft, [lv.ttft_p99_ms or np.nan for lv in levels])):
+            at = dict(zip(x, values, strict=True))
+            if knee.knee in at:
+                ax.plot([knee.knee], [at[knee.knee]], "x", color="#c0392b", ms=12, mew=2, label="knee")
+            if knee.recommended in at:
+                ax.plot([knee.recommended], [at[knee.recommended]], "o", mfc="none", color="#27ae60", ms=14, mew=2,
+                        label="recommended")
+        ax_tok.set_xscale("log", base=2)
+        ax_tok.set_ylabel("output tokens/s")
+        ax_ttft.set_ylabel("P99 TTFT (ms)")
+        ax_ttft.set_yscale("log")
+        ax_ttft.set_xlabel("requests in flight")
+        ax_ttft.set_xticks(x, [str(c) for c in x])
+        ax_tok.legend(**_OUTSIDE)
+        fig.suptitle(f"{host}: concurrency sweep (recommended {knee.recommended or 'none'}, "
+                     f"knee {knee.knee or 'not reached'})")
+        path = out_dir / f"sweep-{_safe(host)}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths[host] = path
+    return paths

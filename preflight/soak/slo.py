@@ -19,27 +19,34 @@ import pandas as pd
 from preflight.check import Outcome
 from preflight.contracts import THROUGHPUT_CSV
 from preflight.model import Evidence, Status, worst
+from preflight.soak.figures import Thresholds
 from preflight.soak.slo_spec import LATENCY_METRICS, Slo
+from preflight.soak.throughput import clock_change
 
 DRIFT_FACTOR = 2.0
 HOLD_FRACTION = 0.9
 
-def _windows(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per window (time): its metrics as columns, and its error rate."""
+def windows(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per window (time): its metrics as columns, its length (``span_s``: rows are
+    stamped at a window's end; the first is taken as long as the second) and its error rate."""
     node = rows[rows["gpu"].isna()] if "gpu" in rows else rows
     wide = node.pivot_table(index="time", columns="metric", values="value", aggfunc="last").sort_index()
-    if "errors" in wide and "requests_per_s" in wide:
-        spans = wide.index.to_series().diff()
+    spans = wide.index.to_series().diff()
+    if len(spans):
         spans.iloc[0] = spans.iloc[1] if len(spans) > 1 else float("nan")
+    wide["span_s"] = spans
+    if "errors" in wide and "requests_per_s" in wide:
         done = wide["requests_per_s"] * spans
         ended = done + wide["errors"]
         wide["error_rate"] = (wide["errors"] / ended).where(ended > 0)
     return wide
 
 
-def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float) -> Outcome:
-    """``rows``: the host's throughput.csv rows."""
-    wide = _windows(rows)
+def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float,
+            tele: pd.DataFrame | None = None, th: Thresholds | None = None) -> Outcome:
+    """``rows``: the host's throughput.csv rows; ``tele``: its telemetry, to tell a drift the
+    GPUs caused from one the server did."""
+    wide = windows(rows)
     if "output_tokens_per_s" not in wide or "ttft_p99_ms" not in wide:
         return Outcome(Status.SKIP, "no serving windows (TTFT, TPOT): a vllm or endpoint soak has them", host=host)
     t0 = wide.index.min()
@@ -67,15 +74,40 @@ def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float)
         unjudged = int(wide[column].isna().sum()) if column in wide else 0
         if unjudged:
             notes.append(f"{slo.text}: {unjudged} window(s) without a value (no request ended in them)")
-    drift = _drift(wide)
+    drift = _drift(wide, tele, th)
     symptoms = ["slo-violated"] if verdict in (Status.FAIL, Status.WARN) and broken else []
     if drift:
         symptoms.append("latency-drift")
         if verdict is Status.PASS:
             verdict = Status.WARN
     parts = broken + ([drift] if drift else []) + notes
-    text = ("; ".join(parts) + "; " if parts else ("every SLO held; " if slos else "")) + summary
+    text = ("; ".join(parts) + "; " if parts else ("every SLO held; " if slos else "")) + _goodput_text(wide) + summary
+    data.update(run_rates_of(wide))
     return Outcome(verdict, text, tuple(symptoms), tuple(evidence), data, host)
+
+
+def run_rates(rows: pd.DataFrame) -> dict[str, float]:
+    """Requests/s and goodput (requests within every --goodput limit, per second) over the run:
+    each window's rate weighted by its length; a metric no window has is left out."""
+    return run_rates_of(windows(rows))
+
+
+def _goodput_text(wide: pd.DataFrame) -> str:
+    rates = run_rates_of(wide)
+    if "goodput_requests_per_s" not in rates:
+        return ""
+    good, done = rates["goodput_requests_per_s"], rates.get("requests_per_s")
+    share = f" ({good / done:.0%} of {done:.2f} req/s completed)" if done else ""
+    return f"goodput {good:.2f} req/s{share}; "
+
+
+def run_rates_of(wide: pd.DataFrame) -> dict[str, float]:
+    out = {}
+    for metric in ("requests_per_s", "goodput_requests_per_s"):
+        both = wide[[metric, "span_s"]].dropna() if metric in wide else pd.DataFrame()
+        if len(both) and both["span_s"].sum() > 0:
+            out[metric] = round(float((both[metric] * both["span_s"]).sum() / both["span_s"].sum()), 4)
+    return out
 
 
 def _percentiles(wide: pd.DataFrame) -> str:
@@ -86,9 +118,12 @@ def _percentiles(wide: pd.DataFrame) -> str:
             f"TPOT p50 {of('tpot_p50_ms')} / p99 {of('tpot_p99_ms')} ms over {len(wide)} windows")
 
 
-def _drift(wide: pd.DataFrame) -> str | None:
+def _drift(wide: pd.DataFrame, tele: pd.DataFrame | None = None, th: Thresholds | None = None) -> str | None:
     """TTFT p99 of the last quarter of the windows at least DRIFT_FACTOR x the first quarter's,
-    with output tokens/s within HOLD_FRACTION of it: the same work, slower answers."""
+    with output tokens/s within HOLD_FRACTION of it: the same work, slower answers. With the
+    host's telemetry, the GPUs' loaded SM clock over the same two quarters says whose it is: a
+    clock that fell (by at least ``decay_clock_share`` of 10 %, the throughput's own margin), or
+    a new thermal or power-brake reason, is the GPUs'; steady clocks leave it to the server."""
     both = wide[["ttft_p99_ms", "output_tokens_per_s"]].dropna()
     quarter = len(both) // 4
     if quarter < 2:
@@ -97,6 +132,16 @@ def _drift(wide: pd.DataFrame) -> str | None:
     before, after = first["ttft_p99_ms"].median(), last["ttft_p99_ms"].median()
     tokens_before, tokens_after = first["output_tokens_per_s"].median(), last["output_tokens_per_s"].median()
     if before > 0 and after >= DRIFT_FACTOR * before and tokens_after >= HOLD_FRACTION * tokens_before:
-        return (f"TTFT p99 rose from {before:.0f} to {after:.0f} ms (x{after / before:.1f}) while output "
-                f"tokens/s held ({tokens_before:.0f} -> {tokens_after:.0f}): requests queue, or the node slows")
+        head = (f"TTFT p99 rose from {before:.0f} to {after:.0f} ms (x{after / before:.1f}) while output "
+                f"tokens/s held ({tokens_before:.0f} -> {tokens_after:.0f})")
+        spans = wide["span_s"]
+        first_span = (float(first.index[0] - spans.loc[first.index[0]]), float(first.index[-1]))
+        last_span = (float(last.index[0] - spans.loc[last.index[0]]), float(last.index[-1]))
+        change = (clock_change(tele, first_span, last_span, None, th)
+                  if tele is not None and th is not None and not tele.empty else None)
+        if change is None:
+            return f"{head}: requests queue, or the node slows (no GPU clocks to tell which)"
+        if change.slowed(th.decay_clock_share * (1 - HOLD_FRACTION)):
+            return f"{head}: the GPUs slowed ({change.text()}, reasons at the end: {change.reasons})"
+        return f"{head}: with steady clocks ({change.text()}) the server queues requests, not the GPUs"
     return None

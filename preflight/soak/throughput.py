@@ -10,7 +10,9 @@ them through the ``SoakContext`` (context.py). What each one fails or warns on, 
   a quarter of a short run, which cannot hold 2 minutes of anything). Otherwise WARN
   ``throughput-decay`` when the final throughput is more than ``decay_warn`` (5%) below the
   baseline; on a host with a cliff the decay is only mentioned, since the cliff is where that
-  throughput went.
+  throughput went. A decay is set against the GPUs' loaded SM clock and clock-event reasons
+  over the same baseline and final windows (``blame_decay``): with steady clocks it is WARN
+  ``software-slowdown`` (the server or the software slowed, not the GPUs) instead.
 - ``outliers`` (``soak-outliers``): WARN ``gpu-outlier`` for a GPU whose loaded median
   temperature is more than ``outlier_temperature_c`` above, or whose loaded median SM clock or
   per-GPU throughput baseline is more than ``outlier_clock_fraction`` below, the median of its
@@ -30,7 +32,19 @@ from preflight.check import Outcome
 from preflight.contracts import TELEMETRY_CSV, THROUGHPUT_CSV
 from preflight.model import Evidence, Status, worst
 from preflight.soak import fmt
-from preflight.soak.figures import GPU_IDLE, GpuSummary, MetricTrend, Thresholds, metric_order, nanmax, nanmedian
+from preflight.soak.figures import (
+    GPU_IDLE,
+    HW_POWER_BRAKE,
+    HW_SLOWDOWN,
+    THERMAL,
+    GpuSummary,
+    MetricTrend,
+    Thresholds,
+    loaded_mask,
+    metric_order,
+    nanmax,
+    nanmedian,
+)
 
 
 def throughput(host: str, trends: Sequence[MetricTrend], host_tele: pd.DataFrame, th: Thresholds,
@@ -68,10 +82,11 @@ def throughput(host: str, trends: Sequence[MetricTrend], host_tele: pd.DataFrame
             statuses.append(Status.PASS)
         elif decays:
             w = max(decays, key=lambda t: t.decay)
+            symptom, why = blame_decay(w, host_tele, th)
             parts.append(f"{metric}{_on(decays)} decayed {w.decay:.1%} over the run "
-                         f"({fmt.num(w.baseline)} at first, {fmt.num(w.final)} at the end)")
+                         f"({fmt.num(w.baseline)} at first, {fmt.num(w.final)} at the end); {why}")
             statuses.append(Status.WARN)
-            symptoms.append("throughput-decay")
+            symptoms.append(symptom)
             evidence.append(Evidence(THROUGHPUT_CSV,
                                      f"{_label(w)}: baseline {fmt.num(w.baseline)}, final {fmt.num(w.final)}"))
         else:
@@ -87,6 +102,68 @@ def throughput(host: str, trends: Sequence[MetricTrend], host_tele: pd.DataFrame
                         "cliff_s": t.cliff.duration_s if t.cliff else None} for t in trends}
     return Outcome(worst(statuses), "; ".join(parts), tuple(dict.fromkeys(symptoms)),
                    tuple(evidence), data, host=host)
+
+
+def blame_decay(trend: MetricTrend, host_tele: pd.DataFrame, th: Thresholds) -> tuple[str, str]:
+    """Whose decay it is: the GPUs' (``throughput-decay``) when their loaded SM clock over the
+    final windows fell by at least ``decay_clock_share`` of the decay from the baseline windows',
+    or a thermal slowdown or power-brake reason shows in the final windows that the baseline did
+    not have; else, with steady clocks, a software or serving slowdown (``software-slowdown``).
+    A throughput bound by the GPUs' compute scales at most with their clock, so a clock drop
+    under half the decay leaves most of the decay to something else: the server (KV cache,
+    preemptions, a memory leak), other processes, the host. Without telemetry over both spans it
+    stays ``throughput-decay``, said to be unexplained."""
+    if trend.baseline_span is None or trend.final_span is None:
+        return "throughput-decay", "no GPU telemetry over the same windows to tell the GPUs from the software"
+    change = clock_change(host_tele, trend.baseline_span, trend.final_span, trend.gpu, th)
+    if change is None:
+        return "throughput-decay", "no loaded SM clock over the same windows to tell the GPUs from the software"
+    if change.slowed(th.decay_clock_share * (trend.decay or 0.0)):
+        return "throughput-decay", f"the GPUs slowed: {change.text()}, clock-event reasons at the end: {change.reasons}"
+    return "software-slowdown", (f"clocks steady ({change.text()}, no new thermal or power-brake reason): a software "
+                                 f"or serving slowdown, not the GPUs")
+
+
+@dataclass(frozen=True)
+class ClockChange:
+    """The GPUs' loaded SM clock (median) over a first and a last span, and the clock-event
+    reasons of the last that the first did not have."""
+
+    before_mhz: float
+    after_mhz: float
+    new_reasons: int  # thermal, HW slowdown or power brake bits new in the last span
+    reasons: str  # every reason of the last span, named
+
+    @property
+    def drop(self) -> float:
+        return 1.0 - self.after_mhz / self.before_mhz
+
+    def slowed(self, by_at_least: float) -> bool:
+        return bool(self.new_reasons) or self.drop >= by_at_least
+
+    def text(self) -> str:
+        return (f"loaded SM clock {fmt.mhz(self.before_mhz)} at first, {fmt.mhz(self.after_mhz)} at the end, "
+                f"{self.after_mhz / self.before_mhz - 1:+.1%}")
+
+
+def clock_change(host_tele: pd.DataFrame, first: tuple[float, float], last: tuple[float, float],
+                 gpu: int | None, th: Thresholds) -> ClockChange | None:
+    """None without loaded samples in both spans (no telemetry: vLLM on a CPU, say)."""
+    tele = host_tele if gpu is None or host_tele.empty else host_tele[host_tele["gpu"] == gpu]
+    if tele.empty:
+        return None
+    figures = []
+    for start, end in (first, last):
+        during = tele[(tele["time"] > start) & (tele["time"] <= end)]
+        util, power, limit = (during[c].to_numpy(float) for c in ("utilization_pct", "power_w", "power_limit_w"))
+        loaded = during[loaded_mask(util, power, limit, th)]
+        figures.append((nanmedian(loaded["sm_clock_mhz"].to_numpy(float)),
+                        fmt.or_mask(during["clocks_event_reasons"]) & ~GPU_IDLE))
+    (clock0, reasons0), (clock1, reasons1) = figures
+    if clock0 is None or clock1 is None or clock0 <= 0:
+        return None
+    return ClockChange(clock0, clock1, reasons1 & ~reasons0 & (THERMAL | HW_POWER_BRAKE | HW_SLOWDOWN),
+                       fmt.reason_names(reasons1) or "none")
 
 
 def _on(series: Sequence[MetricTrend]) -> str:

@@ -383,3 +383,147 @@ def test_endpoint_urls_and_argv_round_trip():
                         text_prompts=True, token_id_range=(10, 1024), window_s=2.5, seconds=30.0, max_requests=9,
                         ready_timeout_s=60.0, scrape_metrics=False, seed=4)
     assert lg.parse_args(cfg.to_argv()) == (cfg, False)
+
+
+# --- vllm bench serve parity (loadgen_bench.py) ------------------------------------------------
+
+VLLM_SERVE = sorted(Path("/opt/preflight-vllm-venv").glob("lib/python3*/site-packages/vllm/benchmarks/serve.py"))
+
+
+def rows_of(windows, metric: str) -> list:
+    return [r.value for w in windows for r in w if r.metric == metric]
+
+
+def test_a_sweep_steps_the_concurrency_and_gives_one_result_a_level():
+    server = FakeServer(lambda i: Reply(tokens=4, ttft_s=0.02, gap_s=0.01))
+    windows, summary, _ = run(server, concurrency=99, sweep=(1, 3), window_s=0.2, seconds=0.8)
+    levels = rows_of(windows, "concurrency")
+    # Two windows a level, each window stamped with the level it ran at.
+    assert levels == [1, 1, 3, 3], levels
+    in_flight = rows_of(windows, "in_flight")
+    assert in_flight[:2] == [1, 1] and in_flight[2:] == [3, 3]
+    assert [r["max_concurrency"] for r in summary.results] == [1, 3]
+    first, second = summary.results
+    # Three requests in flight complete about three times as many as one.
+    assert second["completed"] >= 2 * first["completed"] > 0
+    assert sum(r["completed"] for r in summary.results) == summary.requests_completed
+    assert first["duration"] == pytest.approx(0.4, abs=0.1) and first["request_goodput"] is None
+
+
+def test_goodput_counts_requests_within_every_limit_per_window_and_per_level():
+    # Every other request has its first token after 120 ms: over the 50 ms TTFT limit.
+    server = FakeServer(lambda i: Reply(tokens=3, ttft_s=0.12 if i % 2 else 0.0, gap_s=0.01))
+    windows, summary, _ = run(server, concurrency=1, max_requests=8, window_s=5.0, seconds=5.0,
+                              goodput=(("ttft", 50.0), ("tpot", 500.0)))
+    assert summary.requests_completed == 8 and summary.good_requests == 4
+    (level,) = summary.results
+    assert level["completed"] == 8 and level["request_goodput"] == pytest.approx(4 / level["duration"])
+    # The window's goodput row is the same count over the window.
+    (window,) = windows
+    m = by_metric(window)
+    assert m["goodput_requests_per_s"] == pytest.approx(m["requests_per_s"] / 2, rel=0.01)
+    # Without limits there is no goodput row and no count.
+    windows, summary, _ = run(FakeServer(), concurrency=1, max_requests=2, window_s=5.0, seconds=5.0)
+    assert "goodput_requests_per_s" not in by_metric(windows[0]) and summary.good_requests is None
+
+
+def test_warm_up_requests_are_in_no_figure():
+    server = FakeServer(lambda i: Reply(tokens=5) if i >= 3 else Reply(kind="status", status=503))
+    windows, summary, _ = run(server, concurrency=2, max_requests=4, window_s=5.0, seconds=5.0, warmup_requests=3)
+    assert len(server.bodies) == 7  # 3 warm-up requests, then 4
+    assert summary.warmup["requests"] == 3 and summary.warmup["errors"] == {"http_503": 3}
+    assert summary.errors == {} and summary.requests_started == 4 and summary.requests_completed == 4
+    assert summary.output_tokens == 4 * 5 and sum(rows_of(windows, "errors")) == 0
+
+
+def test_a_request_rate_caps_the_requests_in_flight():
+    # 200 requests/s offered, each taking >= 50 ms, at most 2 in flight: the cap holds.
+    server = FakeServer(lambda i: Reply(tokens=2, ttft_s=0.05))
+    windows, summary, _ = run(server, concurrency=2, request_rate=200.0, burstiness=0.5, max_requests=6,
+                              window_s=5.0, seconds=5.0)
+    assert summary.requests_completed == 6 and summary.errors == {}
+    assert max(rows_of(windows, "in_flight")) <= 2
+    (level,) = summary.results
+    assert level["request_rate"] == 200.0 and level["burstiness"] == 0.5 and level["max_concurrency"] == 2
+
+
+def test_gamma_arrivals_have_vllms_mean_and_spread():
+    import random
+    import statistics
+
+    from preflight.node import loadgen_bench as lb
+
+    rng = random.Random(7)
+    for burstiness in (0.25, 1.0, 4.0):
+        gaps = [lb.arrival_gap(rng, 10.0, burstiness) for _ in range(20000)]
+        # Gamma(shape b, scale 1/(r b)): mean 1/r, variance 1/(r^2 b).
+        assert statistics.fmean(gaps) == pytest.approx(0.1, rel=0.05)
+        assert statistics.pvariance(gaps) == pytest.approx(0.01 / burstiness, rel=0.1)
+    assert lb.arrival_gap(rng, 4.0, float("inf")) == 0.25
+
+
+def test_prompt_and_output_lengths_follow_the_range_ratio():
+    from preflight.node import loadgen_bench as lb
+
+    # vLLM 0.32.0 datasets/utils.py get_sampling_params: [floor(n(1-r)), ceil(n(1+r))], output >= 1.
+    assert lb.length_range(100, 0.25) == (75, 125) and lb.length_range(3, 0.9) == (1, 6)
+    with pytest.raises(ValueError):
+        lb.length_range(10, 1.0)
+    server = FakeServer(lambda i: Reply(tokens=2))
+    run(server, concurrency=1, max_requests=20, window_s=5.0, seconds=5.0, prompt_tokens=40, max_tokens=8,
+        range_ratio=0.5)
+    prompts = [len(b["prompt"]) for b in server.bodies]
+    outputs = [b["max_tokens"] for b in server.bodies]
+    assert all(20 <= n <= 60 for n in prompts) and len(set(prompts)) > 3
+    assert all(4 <= n <= 12 for n in outputs) and len(set(outputs)) > 1
+
+
+def test_goodput_spec_is_read_as_vllm_reads_it():
+    from preflight.node import loadgen_bench as lb
+
+    assert lb.parse_goodput(["ttft:800", "e2el:2000.5"]) == (("ttft", 800.0), ("e2el", 2000.5))
+    for bad in (["ttft=800"], ["itl:5"], ["tpot:-1"], ["tpot:x"], ["ttft:1", "ttft:2"]):
+        with pytest.raises(ValueError, match="goodput"):
+            lb.parse_goodput(bad)
+    one_token = lb.RequestResult(True, 10, 1, 0.01, 0.01)
+    assert one_token.tpot == 0.0 and lb.is_good(one_token, (("tpot", 0.0),))  # vLLM: TPOT 0 for one token
+    assert not lb.is_good(lb.RequestResult(False, 10, 0, None, 1.0), ())
+
+
+def test_the_result_file_has_the_keys_vllm_bench_serve_saves(tmp_path):
+    server = FakeServer(lambda i: Reply(tokens=3))
+    out = tmp_path / "result.json"
+
+    async def main():
+        async with server:
+            cfg = lg.parse_args(["--url", server.url, "--concurrency", "1", "--max-requests", "3", "--window", "5",
+                                 "--seconds", "5", "--goodput", "ttft:1000", "--save-result", str(out)])[0]
+            summary = await lg.LoadGenerator(cfg, lambda rows: None).run()
+            return cfg, summary
+
+    cfg, summary = asyncio.run(main())
+    assert lg.parse_args(cfg.to_argv()) == (cfg, False)
+    doc = summary.results[0]
+    for path, level in lg.result_paths(str(out), summary.results):
+        Path(path).write_text(json.dumps(level))
+    saved = json.loads(out.read_text())
+    assert saved == json.loads(json.dumps(doc)) and saved["completed"] == 3 and saved["request_goodput"] > 0
+    assert saved["max_concurrent_requests"] == 1 and saved["max_concurrency"] == 1
+    assert lg.result_paths("r.json", [{"max_concurrency": 8}, {"max_concurrency": 16}]) == [
+        ("r-c8.json", {"max_concurrency": 8}), ("r-c16.json", {"max_concurrency": 16})]
+    if not VLLM_SERVE:
+        pytest.skip("no vLLM 0.32.0 source at /opt/preflight-vllm-venv to compare the keys with")
+    # The keys vLLM 0.32.0 itself writes (vllm/benchmarks/serve.py): result_json["..."], the
+    # BenchmarkMetrics result dict, and process_one_metric's mean/median/std/p99 for ttft, tpot, e2el
+    # (--metric-percentiles default 99); minus the per-request lists it drops without --save-detailed.
+    import re
+
+    source = VLLM_SERVE[0].read_text()
+    keys = set(re.findall(r'result_json\["(\w+)"\]', source))
+    block = source[source.index("result = {\n            \"duration\": benchmark_duration"):]
+    keys |= set(re.findall(r'^\s+"(\w+)":', block[:block.index("}")], re.M))
+    keys -= {"input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors", "start_times",
+             "latencies", "queue_times", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps",
+             "max_output_tokens_per_s", "rtfx"}
+    keys |= {f"{s}_{m}_ms" for s in ("mean", "median", "std", "p99") for m in ("ttft", "tpot", "e2el")}
+    assert keys - set(saved) == set(), sorted(keys - set(saved))

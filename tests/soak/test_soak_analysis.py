@@ -220,16 +220,28 @@ def test_hot_single_gpu_host_is_a_fleet_outlier():
     assert "fleet median 65 °C, 1440 MHz" in _by_check(result, "vm1")["soak-outliers"].summary
 
 
-def test_eight_percent_decay_warns_without_a_cliff():
+def test_eight_percent_decay_with_steady_clocks_is_a_software_slowdown():
+    # The real H200 telemetry unchanged under a throughput that decays: the GPUs did not slow.
     result = analyze(S.decay())
     f = _by_check(result)["soak-throughput"]
-    assert f.status is Status.WARN and f.symptoms == ("throughput-decay",)
+    assert f.status is Status.WARN and f.symptoms == ("software-slowdown",)
     assert "decayed 7.4% over the run" in f.summary
+    assert "clocks steady (loaded SM clock 1440 MHz at first, 1440 MHz at the end, +0.0%, no new" in f.summary
+    assert "a software or serving slowdown, not the GPUs" in f.summary
     section = result.soak_section()["gpu001"]
     # Linear 8% over the hour; the 5-minute medians sit 2.5 minutes in from each end.
     assert section["throughput_decay"] == pytest.approx(0.08 * 55 / 60, abs=0.002)
     causes = [d.cause for d in diagnose(list(result.findings), load_knowledge())]
-    assert causes == ["throughput-decay"]
+    assert causes == ["software-slowdown"]
+
+
+def test_decay_with_the_clocks_falling_alike_is_the_gpus():
+    result = analyze(S.clock_decay())
+    f = _by_check(result)["soak-throughput"]
+    assert f.status is Status.WARN and f.symptoms == ("throughput-decay",)
+    assert ("the GPUs slowed: loaded SM clock 1436 MHz at first, 1331 MHz at the end, -7.3%, clock-event reasons at "
+            "the end: sw_power_cap") in f.summary
+    assert [d.cause for d in diagnose(list(result.findings), load_knowledge())] == ["throughput-decay"]
 
 
 def test_telemetry_gap_is_a_note():

@@ -21,7 +21,7 @@ from preflight.soak.data import SoakMeta, write_soak
 from preflight.soak.judge import judge_soak
 
 SOAK_CHECKS = ["soak-thermal", "soak-power", "soak-throughput", "soak-outliers", "soak-telemetry", "soak-memory",
-               "soak-latency", "soak-sdc", "soak-ib-counters", "soak-vllm-server"]
+               "soak-latency", "soak-sweep", "soak-sdc", "soak-ib-counters", "soak-vllm-server"]
 
 
 def _real_soak(tmp_path, hosts=("h200-vm",), meta=None, events: str | None = None):
@@ -50,10 +50,10 @@ def test_preflight_checks_lists_them(capsys):
 def test_the_analysis_names_the_checks_it_ran(tmp_path):
     analysis = judge_soak(_real_soak(tmp_path), load_knowledge())
     assert [c.id for c in analysis.checks] == SOAK_CHECKS
-    # A burn soak: no serving windows (soak-latency), no server log (soak-vllm-server), no
+    # A burn soak: no serving windows (soak-latency), no sweep, no server log (soak-vllm-server), no
     # readings of the RDMA counters (soak-ib-counters).
     assert [f.check for f in analysis.findings] == [c for c in SOAK_CHECKS if c not in (
-        "soak-latency", "soak-vllm-server", "soak-ib-counters")]
+        "soak-latency", "soak-sweep", "soak-vllm-server", "soak-ib-counters")]
 
 
 def test_findings_come_host_by_host_then_the_server_logs_in_event_order(tmp_path):
@@ -68,9 +68,9 @@ def test_findings_come_host_by_host_then_the_server_logs_in_event_order(tmp_path
     (soak / "throughput.csv").write_text(thr + "".join(line.replace(",gpu01,", ",cpu9,") + "\n"
                                                       for line in thr.splitlines()[1:] if ",gpu01," in line))
     findings = judge_soak(soak, load_knowledge()).findings
-    # A vllm soak: no result checks (soak-sdc), no ib-counters.txt; the real samples' rows have no serving windows, so
-    # soak-latency skips; the server logs come last.
-    per_host = [c for c in SOAK_CHECKS if c not in ("soak-sdc", "soak-vllm-server", "soak-ib-counters")]
+    # A vllm soak: no result checks (soak-sdc), no ib-counters.txt; the real samples' rows have no serving
+    # windows, so soak-latency skips, and it is not a sweep (no soak-sweep); the server logs come last.
+    per_host = [c for c in SOAK_CHECKS if c not in ("soak-sdc", "soak-sweep", "soak-vllm-server", "soak-ib-counters")]
     assert [(f.check, f.host) for f in findings] == (
         [(c, "gpu01") for c in per_host] + [(c, "gpu02") for c in per_host]
         + [("soak-telemetry", "gpu03"), ("soak-telemetry", "cpu9"), ("soak-throughput", "cpu9"),
@@ -91,7 +91,7 @@ def test_a_soak_check_that_raises_is_an_error_finding_and_the_others_still_run(t
     assert (crash.host, crash.status, crash.symptoms) == (None, Status.ERROR, ("check-crashed",))
     assert crash.summary == "check crashed: RuntimeError: no such figure (tests/soak/test_soak_checks.py: _boom())"
     assert [f.check for f in analysis.findings] == [c for c in SOAK_CHECKS if c not in (
-        "soak-latency", "soak-vllm-server", "soak-ib-counters")] + ["soak-broken"]
+        "soak-latency", "soak-sweep", "soak-vllm-server", "soak-ib-counters")] + ["soak-broken"]
     assert analysis.failed and analysis.hosts["h200-vm"].status == "pass"
 
 

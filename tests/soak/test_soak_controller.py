@@ -45,7 +45,7 @@ from preflight.soak.ship import _START, NODE_FILES, agent_bundle
 
 NODE = AGENT.parent
 SHIPPED = ["agent.py", "records.py", "sampler.py", "burn.py", "ib_snapshots.py", "vllm_engine.py", "vllm_log.py",
-           "loadgen.py", "loadgen_http.py", "loadgen_windows.py"]
+           "loadgen.py", "loadgen_bench.py", "loadgen_http.py", "loadgen_windows.py"]
 
 
 def local_plan(tmp_path: Path, seconds: float, run_id: str = "run1") -> SoakPlan:
@@ -158,6 +158,50 @@ def test_plan_passes_the_ib_interval_to_the_agent():
     assert agent_args_of(list(off.agent_args)).ib_interval == 0.0
     # Left out, the agent's own default applies.
     assert plan_from_args(build_parser().parse_args(["soak", "--local"]), "gpu01", "r3").agent_args == ()
+
+
+def test_a_sweep_sets_the_length_and_the_slos_set_goodput():
+    args = build_parser().parse_args([
+        "soak", "--local", "--engine", "vllm", "--model", "tiny-llama-ci", "--sweep", "32,64,128", "--step-minutes",
+        "10", "--warmup-requests", "8", "--range-ratio", "0.25", "--slo", "ttft_p99=800ms", "--slo", "ttft_p50=300ms",
+        "--slo", "tpot_p99=50ms"])
+    plan = plan_from_args(args, "gpu01", "r1")
+    assert plan.seconds == 3 * 600
+    assert plan.agent_args == ("--model=tiny-llama-ci", "--sweep=32,64,128", "--warmup-requests=8",
+                               "--range-ratio=0.25", "--goodput=ttft:300", "--goodput=tpot:50")
+    agent = agent_args_of(["--engine", "vllm", *plan.agent_args])
+    assert (agent.sweep, agent.warmup_requests, agent.range_ratio) == ((32, 64, 128), 8, 0.25)
+    assert agent.goodput == (("ttft", 300.0), ("tpot", 50.0))
+    # --goodput given wins over the SLOs; a request rate goes through with its burstiness.
+    args = build_parser().parse_args(["soak", "--endpoint", "http://10.0.0.5:8000", "--goodput", "e2el:2000",
+                                      "--slo", "ttft_p99=1s", "--request-rate", "20", "--burstiness", "0.5"])
+    assert plan_from_args(args, "gpu01", "r2").agent_args == (
+        "--endpoint=http://10.0.0.5:8000", "--request-rate=20.0", "--burstiness=0.5", "--goodput=e2el:2000")
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["--sweep", "32,64", "--minutes", "5"], "--sweep sets the soak's length"),
+    (["--step-minutes", "5"], "--step-minutes goes with --sweep"),
+    (["--sweep", "32,64", "--request-rate", "5"], "--sweep steps the concurrency"),
+    (["--sweep", "32,x"], "--sweep: expected comma-separated whole numbers"),
+    (["--goodput", "itl:5"], "--goodput: expected KEY:MS"),
+    (["--goodput", "ttft:5", "--goodput", "ttft:6"], "--goodput: ttft given twice"),
+    (["--range-ratio", "1"], "--range-ratio: must be in [0, 1)"),
+])
+def test_cli_checks_the_load_options(tmp_path, capsys, argv, error):
+    with pytest.raises(SystemExit) if error.startswith(("--sweep: ", "--goodput: exp", "--range")) else _no_raise():
+        code = cli_main(["soak", "--local", "--out", str(tmp_path), "--endpoint", "http://127.0.0.1:9", *argv])
+        assert code == 2
+    assert error in capsys.readouterr().err.replace("\n", "")
+    assert not list(tmp_path.iterdir())
+
+
+class _no_raise:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def test_agent_bundle_carries_the_engines_and_the_model_and_nothing_escapes(tmp_path):

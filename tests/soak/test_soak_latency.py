@@ -27,7 +27,8 @@ def _verdict(*slos: str, budget: float = 0.05):
 def test_without_slos_the_percentiles_are_stated_and_the_drift_warns():
     v = _verdict()
     assert v.status is Status.WARN and v.symptoms == ("latency-drift",)
-    assert v.summary.startswith("TTFT p99 rose from 326 to 1110 ms (x3.4) while output tokens/s held (1238 -> 1537)")
+    assert v.summary.startswith("TTFT p99 rose from 326 to 1110 ms (x3.4) while output tokens/s held (1238 -> 1537): "
+                                "requests queue, or the node slows (no GPU clocks to tell which)")
     assert "window medians: TTFT p50 173 / p99 543 ms, TPOT p50 8 / p99 13 ms over 9 windows" in v.summary
 
 
@@ -59,3 +60,41 @@ def test_the_diagnosis_and_the_command_line(tmp_path, capsys):
     assert main(["analyze", str(REAL), "--slo", "ttft_p99=soon", "--out", str(tmp_path / "b"), "-q"]) == 2
     assert "--slo 'ttft_p99=soon'" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()  # refused before anything was written
+
+
+def _drift_on_gpu_telemetry(clock_factor: float):
+    """The recorded CPU soak's 9 serving windows (their drift) laid over 90 s of the real H200
+    burn's telemetry (tests/soak_scenarios.py), its SM clock scaled by ``clock_factor`` over the
+    last 30 s: the same drift, with and without the GPUs slowing under it."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import soak_scenarios as S
+
+    from preflight.soak.figures import DEFAULT_THRESHOLDS
+
+    tele, _ = S.steady_frames(minutes=1.5, gpus=1, every=10)
+    data = read_soak(REAL)
+    rows = data.throughput[data.throughput["host"] == "vm"].copy()
+    times = np.sort(rows["time"].unique())
+    t0 = float(tele["time"].min())
+    rows["time"] = rows["time"].map({t: t0 + 10.0 * (i + 1) for i, t in enumerate(times)})
+    late = tele["time"] > t0 + 60
+    tele.loc[late, "sm_clock_mhz"] *= clock_factor
+    return latency("vm", rows, (), 0.05, tele, DEFAULT_THRESHOLDS)
+
+
+def test_a_latency_drift_with_steady_clocks_is_the_servers():
+    v = _drift_on_gpu_telemetry(1.0)
+    assert v.symptoms == ("latency-drift",)
+    # The real samples' clocks vary a little (1448 and 1440 MHz medians of the two quarters).
+    assert "with steady clocks (loaded SM clock 1448 MHz at first, 1440 MHz at the end, -0.5%) the server queues " \
+           "requests, not the GPUs" in v.summary
+
+
+def test_a_latency_drift_with_falling_clocks_is_the_gpus():
+    v = _drift_on_gpu_telemetry(0.8)
+    assert v.symptoms == ("latency-drift",)
+    assert "the GPUs slowed (loaded SM clock 1448 MHz at first, 1152 MHz at the end, -20.4%" in v.summary
