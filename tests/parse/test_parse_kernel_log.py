@@ -288,3 +288,43 @@ def test_every_xid_in_the_corpus_is_in_the_catalog():
             seen |= {event.code, event.caused_by} - {None}
     assert seen == {45, 63, 94, 145, 149}
     assert seen <= set(CATALOG["xids"])
+
+
+def test_the_needle_shortcut_changes_no_reading_of_any_real_log():
+    """Each signature's needle (preflight/parse/regex_needle.py) only skips searches that could
+    not match: every real log in the corpus reads the same with the needles emptied."""
+    import dataclasses
+
+    import preflight.parse.kernel_log as kl
+
+    logs = sorted((CORPUS / "kernel-log").glob("*.txt")) + sorted(ROOT.glob("tests/fixtures/*/bundle/hosts/*/kernel-log.txt")) \
+        + sorted(ROOT.glob("examples/*/hosts/*/kernel-log.txt"))
+    assert len(logs) >= 25
+    with_needles = [_read_or_error(kl.parse_kernel_log, p) for p in logs]
+    saved = kl.SIGNATURES
+    try:
+        kl.SIGNATURES = tuple(dataclasses.replace(s, needle="") for s in saved)
+        without = [_read_or_error(kl.parse_kernel_log, p) for p in logs]
+    finally:
+        kl.SIGNATURES = saved
+    assert with_needles == without
+    assert sum(len(r.events) for r in with_needles if not isinstance(r, str)) > 50
+
+
+def _read_or_error(parse, path):
+    try:
+        return parse(path.read_text(errors="replace"))
+    except ParseError as exc:
+        return f"ParseError: {exc}"
+
+
+def test_a_needle_is_text_every_match_contains():
+    import re
+
+    from preflight.parse.regex_needle import needle
+
+    assert needle(re.compile(r"NVRM: Xid \((?:PCI:)?(?P<device>\S+)\): (?P<code>\d+)")) == "NVRM: Xid ("
+    assert needle(re.compile(r"(?:fatal|nonfatal) error")) == " error"  # not inside the alternatives
+    assert needle(re.compile(r"(?:The NVIDIA )?GPU")) == "GPU"  # not inside an optional part
+    assert needle(re.compile(r"(?i)fallen off")) == ""  # case-insensitive: no shortcut
+    assert needle(re.compile(r"(?i:fatal) error")) == " error"
