@@ -425,12 +425,44 @@ def _read_xml(text: str, notes: list[str]) -> ET.Element | None:
     return root
 
 
-def _xml_value(element: ET.Element, paths: tuple[str, ...]) -> str | None:
+def _xml_value(index: dict[str, ET.Element], paths: tuple[str, ...]) -> str | None:
     for path in paths:
-        node = element.find(path)
+        node = index.get(path)
         if node is not None and len(node) == 0 and node.text and node.text.strip():
             return node.text.strip()
     return None
+
+
+# Every path of the field table, and each of its leading parts ("pci", "pci/pci_bus_id").
+_GPU_PATHS = frozenset("/".join(path.split("/")[:n]) for f in _GPU_FIELDS for path in f.xml
+                       for n in range(1, path.count("/") + 2))
+
+
+def _top_index(root: ET.Element) -> dict[str, ET.Element]:
+    """The report's own fields: the root's children that are not GPUs, one level deep."""
+    index: dict[str, ET.Element] = {}
+    for child in root:
+        if child.tag != "gpu":
+            index.setdefault(child.tag, child)
+    return index
+
+
+def _path_index(element: ET.Element) -> dict[str, ET.Element]:
+    """Every path of the field table below ``element`` -> the element ``element.find(path)``
+    gives (the first in document order). One walk of the parts the table names (a GPU's
+    element has thousands of others: supported clocks, processes) instead of a search per
+    field."""
+    index: dict[str, ET.Element] = {}
+
+    def walk(parent: ET.Element, prefix: str) -> None:
+        for child in parent:
+            path = prefix + child.tag
+            if path in _GPU_PATHS:
+                index.setdefault(path, child)
+                walk(child, path + "/")
+
+    walk(element, "")
+    return index
 
 
 def _xml_reason_name(tag: str) -> str:
@@ -459,17 +491,19 @@ def parse_smi_xml(text: str) -> SmiReport:
         reasons = gpu.find("clocks_event_reasons")
         if reasons is None:
             reasons = gpu.find("clocks_throttle_reasons")
+        paths = _path_index(gpu)
         gpus.append(
             _build_gpu(
                 index,
                 gpu.get("id"),
-                lambda f, gpu=gpu: _xml_value(gpu, f.xml),
+                lambda f, paths=paths: _xml_value(paths, f.xml),
                 _xml_pairs(reasons, _xml_reason_name),
                 _xml_pairs(gpu.find("clocks_event_reasons_counters"), _xml_counter_name),
                 notes,
             )
         )
-    header = _Reader("report", notes).fields(_REPORT_FIELDS, lambda f: _xml_value(root, f.xml))
+    top = _top_index(root)
+    header = _Reader("report", notes).fields(_REPORT_FIELDS, lambda f: _xml_value(top, f.xml))
     attached = header["attached_gpus"]
     cut = any(n.startswith("XML truncated") for n in notes)
     if cut and isinstance(attached, int) and attached > len(gpus):

@@ -346,3 +346,28 @@ def test_reasons_from_bitmask():
     assert reasons_from_bitmask(0x1FF) == ALL_REASONS
     assert reasons_from_bitmask(0x200 | 0x1) == {"gpu_idle", "unknown_bit_0x200"}
     assert CLOCK_EVENT_BITS["display_clock_setting"] == 0x100
+
+
+def test_the_path_index_finds_what_element_find_finds_in_every_real_xml():
+    """parse_smi_xml looks fields up in one index per GPU (_path_index) instead of calling
+    find() per field: on every real -q -x capture each field's path gives the same element."""
+    import xml.etree.ElementTree as ET
+
+    from preflight.parse import nvidia_smi as ns
+
+    root_dir = Path(__file__).resolve().parents[2]
+    files = [p for p in sorted(root_dir.glob("tests/fixtures/**/*.txt")) + sorted(root_dir.glob("examples/**/*.txt"))
+             if p.stat().st_size < 4_000_000 and "<nvidia_smi_log" in p.read_text(errors="replace")[:4000]]
+    checked = 0
+    for path in files:
+        try:
+            root = ET.fromstring(path.read_text(errors="replace"))
+        except ET.ParseError:
+            continue  # cut captures go through the incremental reader; same lookup afterwards
+        for gpu in root.findall("gpu"):
+            index = ns._path_index(gpu)
+            for field in ns._GPU_FIELDS:
+                for xml_path in field.xml:
+                    assert index.get(xml_path) is gpu.find(xml_path), (path.name, xml_path)
+                    checked += 1
+    assert len(files) >= 5 and checked > 1000
