@@ -37,6 +37,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+try:
+    from .loadgen_windows import percentile
+except ImportError:  # a shipped copy, run from the agent's directory
+    from loadgen_windows import percentile
+
 GOODPUT_KEYS = ("ttft", "tpot", "e2el")
 RESERVOIR = 20000
 
@@ -110,19 +115,11 @@ class Sample:
                     **{f"p{p}_{name}_ms": 0.0 for p in percentiles}}
         mean = self.total / self.n
         var = max(0.0, self.squares / self.n - mean * mean)
-        out = {f"mean_{name}_ms": mean * 1e3, f"median_{name}_ms": _percentile(self.kept, 50) * 1e3,
+        out = {f"mean_{name}_ms": mean * 1e3, f"median_{name}_ms": percentile(self.kept, 50) * 1e3,
                f"std_{name}_ms": math.sqrt(var) * 1e3}
         for p in percentiles:
-            out[f"p{p}_{name}_ms"] = _percentile(self.kept, p) * 1e3
+            out[f"p{p}_{name}_ms"] = percentile(self.kept, p) * 1e3
         return out
-
-
-def _percentile(values: List[float], q: float) -> float:
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass

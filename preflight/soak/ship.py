@@ -36,10 +36,9 @@ SIBLING_PATHS = tuple(NODE_SOURCES / name for name in NODE_FILES)
 
 # Run on the node as `python3 -c _START NODE_DIR RUN_ID AGENT_ARGS...` with the agent's tar
 # (agent_bundle) on stdin: regular files only, each written under the run's directory.
-_START = """\
-import io, os, sys, tarfile
-d = os.path.abspath(os.path.join(os.path.expanduser(sys.argv[1]), sys.argv[2]))
-os.makedirs(d, exist_ok=True)
+# UNPACK writes the tar on stdin into directory ``d``; the Slurm soak's start (slurm_soak.py)
+# uses it too.
+UNPACK = """\
 with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read())) as tar:
     for m in tar.getmembers():
         parts = m.name.split("/")
@@ -49,6 +48,12 @@ with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read())) as tar:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(tar.extractfile(m).read())
+"""
+_START = """\
+import io, os, sys, tarfile
+d = os.path.abspath(os.path.join(os.path.expanduser(sys.argv[1]), sys.argv[2]))
+os.makedirs(d, exist_ok=True)
+""" + UNPACK + """\
 os.execv(sys.executable, [sys.executable, os.path.join(d, "agent.py"), "--out", d, "--detach"] + sys.argv[3:])
 """
 

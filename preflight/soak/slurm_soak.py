@@ -41,7 +41,7 @@ from preflight.contracts import SLURM_ERROR
 from preflight.parse.slurm import parse_step_stderr
 from preflight.soak.follow import HEARTBEAT_JSON, last_json_line, pull_argv
 from preflight.soak.plan import SlurmJob, SoakPlan, write_plan
-from preflight.soak.ship import Started, agent_bundle
+from preflight.soak.ship import UNPACK, Started, agent_bundle
 
 # How long the agents get to report that they sample (the SSH start waits as long for its reply).
 START_WAIT_S = 90.0
@@ -68,15 +68,7 @@ if sys.argv[3] == "1" and os.path.isdir(d):
         if os.path.isfile(os.path.join(d, name)):
             os.remove(os.path.join(d, name))
 os.makedirs(d, exist_ok=True)
-with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read())) as tar:
-    for m in tar.getmembers():
-        parts = m.name.split("/")
-        if not m.isfile() or m.name.startswith("/") or ".." in parts:
-            sys.exit("preflight soak: refusing %r from the agent's bundle" % m.name)
-        path = os.path.join(d, *parts)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(tar.extractfile(m).read())
+""" + UNPACK + """\
 log = os.open(os.path.join(d, "agent.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 os.dup2(log, 1)
 os.dup2(log, 2)
