@@ -328,3 +328,32 @@ def test_a_needle_is_text_every_match_contains():
     assert needle(re.compile(r"(?:The NVIDIA )?GPU")) == "GPU"  # not inside an optional part
     assert needle(re.compile(r"(?i)fallen off")) == ""  # case-insensitive: no shortcut
     assert needle(re.compile(r"(?i:fatal) error")) == " error"
+
+
+def test_the_prefix_alternation_picks_the_prefix_the_ordered_tries_pick():
+    """_match_prefix tries the log prefixes as one alternation; on every step of every line of
+    every real log it returns what trying them one by one, in order, returns."""
+    import preflight.parse.kernel_log as kl
+
+    def one_by_one(text, after_timestamp):
+        for pattern in kl._PREFIXES:
+            match = pattern.match(text)
+            if match:
+                return match
+        return kl._SYSLOG_HOST.match(text) if after_timestamp else None
+
+    logs = sorted((CORPUS / "kernel-log").glob("*.txt")) + sorted(ROOT.glob("examples/*/hosts/*/kernel-log.txt"))
+    steps = 0
+    for path in logs:
+        for line in path.read_text(errors="replace").splitlines():
+            text, after = line.strip(), False
+            for _ in range(6):
+                got, want = kl._match_prefix(text, after), one_by_one(text, after)
+                assert (got and (got.re.pattern, got.span(), got.groupdict())) == \
+                    (want and (want.re.pattern, want.span(), want.groupdict())), (path.name, text)
+                steps += 1
+                if not want:
+                    break
+                after = after or bool(want.groupdict().get("ts"))
+                text = text[want.end():]
+    assert steps > 2000
