@@ -38,7 +38,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -60,6 +61,9 @@ from preflight.contracts import (
 
 # Numeric telemetry columns whose cells may be empty; `time` and `gpu` may not.
 _OPTIONAL_NUMERIC = tuple(c for c in TELEMETRY_COLUMNS if c not in ("time", "host", "gpu"))
+# The telemetry columns the built-in analysis reads (``read_soak(..., columns=ANALYSIS_COLUMNS)``):
+# the contract's and the slowdown threshold; the agent's counters after them are not judged.
+ANALYSIS_COLUMNS: tuple[str, ...] = (*TELEMETRY_COLUMNS, SLOWDOWN_COLUMN)
 _NOT_AVAILABLE = ["", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "nan", "NaN"]
 # What a reading can physically be. A value outside is a corrupt file or a broken converter,
 # not a measurement: refused with its line, rather than judged (an infinite temperature would
@@ -119,45 +123,89 @@ class SoakData:
     notes: tuple[str, ...] = ()
 
 
-def read_soak(soak_dir: str | Path) -> SoakData:
+def read_soak(soak_dir: str | Path, *, columns: Sequence[str] | None = None) -> SoakData:
+    """Read and validate ``soak_dir``. ``columns``: the telemetry columns to keep beyond the
+    contract's (default: every column the file has); ``ANALYSIS_COLUMNS`` is what the built-in
+    analysis reads, which keeps a long fleet soak's frame small (the agent's extra counters are
+    a dozen more columns a row)."""
     soak_dir = Path(soak_dir)
     if not soak_dir.is_dir():
         raise SoakDataError(soak_dir, "not a directory")
     meta = _read_meta(soak_dir / SOAK_JSON)
     notes: list[str] = []
-    telemetry = _read_csv(soak_dir / TELEMETRY_CSV, TELEMETRY_COLUMNS, notes)
-    _to_numeric(telemetry, soak_dir / TELEMETRY_CSV, "time", required=True)
-    _to_gpu_index(telemetry, soak_dir / TELEMETRY_CSV)
-    _to_label(telemetry, soak_dir / TELEMETRY_CSV, "host")
-    for col in _OPTIONAL_NUMERIC + ((SLOWDOWN_COLUMN,) if SLOWDOWN_COLUMN in telemetry else ()):
-        if col == "clocks_event_reasons":
-            _to_bitmask(telemetry, soak_dir / TELEMETRY_CSV)
-        else:
-            _to_numeric(telemetry, soak_dir / TELEMETRY_CSV, col, required=False)
+    tele_path = soak_dir / TELEMETRY_CSV
+    keep = None if columns is None else frozenset(TELEMETRY_COLUMNS) | frozenset(columns)
+    telemetry = _read_csv(tele_path, TELEMETRY_COLUMNS, notes, lambda df: _telemetry_chunk(df, tele_path), keep)
 
     throughput_path = soak_dir / THROUGHPUT_CSV
     if throughput_path.exists():
-        throughput = _read_csv(throughput_path, THROUGHPUT_COLUMNS, notes)
-        _to_numeric(throughput, throughput_path, "time", required=True)
-        _to_label(throughput, throughput_path, "host")
-        _to_label(throughput, throughput_path, "metric")
-        _to_numeric(throughput, throughput_path, "value", required=False)
-        if "gpu" in throughput:
-            _to_gpu_index(throughput, throughput_path, required=False)
+        throughput = _read_csv(throughput_path, THROUGHPUT_COLUMNS, notes,
+                               lambda df: _throughput_chunk(df, throughput_path))
     else:
         notes.append(f"{THROUGHPUT_CSV} absent: throughput not judged")
         throughput = pd.DataFrame({"time": pd.Series(dtype=float), "host": pd.Series(dtype=str),
                                    "metric": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
 
     notes += order_notes(telemetry)
-    unknown = sorted(set(telemetry["host"]) - set(meta.hosts))
+    unknown = sorted(set(host_rows(telemetry)) - set(meta.hosts))
     if unknown:
         notes.append(f"{TELEMETRY_CSV} has hosts not listed in {SOAK_JSON}: {', '.join(unknown)}")
-    return SoakData(soak_dir, meta,
-                    telemetry.drop(columns="_line").sort_values("time", kind="stable").reset_index(drop=True),
-                    throughput.drop(columns="_line", errors="ignore").sort_values("time", kind="stable")
-                    .reset_index(drop=True),
-                    tuple(notes))
+    return SoakData(soak_dir, meta, _by_time(telemetry), _by_time(throughput), tuple(notes))
+
+
+def _telemetry_chunk(df: pd.DataFrame, path: Path) -> None:
+    _to_numeric(df, path, "time", required=True)
+    _to_gpu_index(df, path)
+    _to_label(df, path, "host")
+    for col in _OPTIONAL_NUMERIC + ((SLOWDOWN_COLUMN,) if SLOWDOWN_COLUMN in df else ()):
+        if col == "clocks_event_reasons":
+            _to_bitmask(df, path)
+        else:
+            _to_numeric(df, path, col, required=False)
+    # Readings, not the time: a float32 holds them exactly where the chunk's values allow
+    # (whole degrees, MHz, MiB, percent, bitmasks below 2**24), checked cell by cell, else
+    # they stay float64. The figures work in float64 (to_numpy(float)), so the verdicts are
+    # those of the float64 frame.
+    _compact(df, [c for c in df.columns if c not in ("time", "host", "gpu", "_line")])
+
+
+def _throughput_chunk(df: pd.DataFrame, path: Path) -> None:
+    _to_numeric(df, path, "time", required=True)
+    _to_label(df, path, "host")
+    _to_label(df, path, "metric")
+    _to_numeric(df, path, "value", required=False)
+    if "gpu" in df:
+        _to_gpu_index(df, path, required=False)
+        _compact(df, ["gpu"])  # values stay float64: the verdicts sum and average them
+
+
+def _compact(df: pd.DataFrame, columns: Iterable[str]) -> None:
+    """float64 columns to float32 where every cell (NaN included) survives the round trip."""
+    for col in columns:
+        values = df[col].to_numpy()
+        if values.dtype != np.float64:
+            continue
+        small = values.astype(np.float32)
+        if np.array_equal(small.astype(np.float64), values, equal_nan=True):
+            df[col] = small
+
+
+def _by_time(df: pd.DataFrame) -> pd.DataFrame:
+    """Sorted by time (stable), ``_line`` dropped. A file the agent appended in time order is
+    kept as it is: a stable sort of sorted rows is the identity, and skipping it saves a copy
+    of the whole frame."""
+    df = df.drop(columns="_line", errors="ignore")
+    if not df["time"].is_monotonic_increasing:
+        df = df.sort_values("time", kind="stable")
+    return df.reset_index(drop=True)
+
+
+def host_rows(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """host -> the positions of its rows, in frame order: each host's rows can then be taken
+    one host at a time instead of splitting the whole frame at once."""
+    if frame.empty:
+        return {}
+    return {str(h): idx for h, idx in frame.groupby("host", sort=False).indices.items()}
 
 
 def order_notes(telemetry: pd.DataFrame) -> list[str]:
@@ -166,18 +214,32 @@ def order_notes(telemetry: pd.DataFrame) -> list[str]:
     and a GPU whose first sample comes well after its host's first (it appeared mid-run: hot
     plug, a reset, a driver that came back), which the reader notes rather than hides."""
     notes = []
-    for (host, gpu), rows in telemetry.groupby(["host", "gpu"], sort=True):
-        t = rows["time"].to_numpy(float)
-        back = np.flatnonzero(np.diff(t) < 0)
-        if len(back):
-            i = back[0] + 1
-            notes.append(f"{TELEMETRY_CSV}:{int(rows['_line'].iloc[i])}: {host} GPU {gpu}: time goes back "
-                         f"{t[i - 1] - t[i]:.3g} s ({len(back)} time{'s' if len(back) > 1 else ''}); "
-                         "rows sorted by time")
-    for host, rows in telemetry.groupby("host", sort=True):
-        start = rows["time"].min()
-        firsts = rows.groupby("gpu")["time"].min()
-        step = float(np.median(np.diff(np.unique(rows["time"].to_numpy(float))))) if len(rows) > 2 else 0.0
+    t_all = telemetry["time"].to_numpy(float)
+    gpu_all = telemetry["gpu"].to_numpy()
+    line_all = telemetry["_line"].to_numpy() if "_line" in telemetry else None
+    hosts = sorted(host_rows(telemetry).items())
+    # Host by host, with only that host's time, GPU and line arrays: a fleet's frame is never
+    # split whole. Within a GPU the rows keep their file order (a stable sort by GPU).
+    per_gpu = []
+    for host, idx in hosts:
+        order = idx[np.argsort(gpu_all[idx], kind="stable")]
+        gpus, starts = np.unique(gpu_all[order], return_index=True)
+        per_gpu.append((host, gpus, np.split(order, starts[1:])))
+    for host, gpus, parts in per_gpu:
+        for gpu, rows in zip(gpus, parts, strict=True):
+            t = t_all[rows]
+            back = np.flatnonzero(np.diff(t) < 0)
+            if len(back):
+                i = back[0] + 1
+                line = int(line_all[rows[i]]) if line_all is not None else int(rows[i]) + 2
+                notes.append(f"{TELEMETRY_CSV}:{line}: {host} GPU {gpu}: time goes back "
+                             f"{t[i - 1] - t[i]:.3g} s ({len(back)} time{'s' if len(back) > 1 else ''}); "
+                             "rows sorted by time")
+    for host, gpus, parts in per_gpu:
+        t_host = t_all[np.concatenate(parts)]
+        start = t_host.min()
+        firsts = pd.Series([t_all[rows].min() for rows in parts], index=gpus)
+        step = float(np.median(np.diff(np.unique(t_host)))) if len(t_host) > 2 else 0.0
         late = firsts[firsts - start > max(10 * step, 5.0)]
         for gpu, first in late.items():
             notes.append(f"{TELEMETRY_CSV}: {host} GPU {gpu} first appears {first - start:.1f} s into the soak "
@@ -225,11 +287,21 @@ def _read_meta(path: Path) -> SoakMeta:
     return SoakMeta(raw["engine"], raw["started"], tuple(hosts), extra or None)
 
 
-def _read_csv(path: Path, columns: Sequence[str], notes: list[str]) -> pd.DataFrame:
+# Rows parsed at a time: the parser's own buffers and the string cells of one chunk stay a few
+# tens of MB whatever the file's length; only the converted, compact columns are kept.
+CHUNK_ROWS = 250_000
+
+
+def _read_csv(path: Path, columns: Sequence[str], notes: list[str],
+              convert: Callable[[pd.DataFrame], None], keep: frozenset[str] | None = None) -> pd.DataFrame:
+    """The file, validated and converted chunk by chunk (``convert`` raises on the chunk's
+    first bad cell, naming its line), its chunks joined column by column. ``keep``: the
+    columns to read (default: all)."""
     if not path.exists():
         raise SoakDataError(path, "missing")
     if not path.is_file():
         raise SoakDataError(path, "not a file")
+    chunks: list[pd.DataFrame] = []
     try:
         # The "not available" spellings apply to every column but the labels, those after the
         # contract's too (e.g. the agent's clock-event time counters): an extra column of
@@ -237,9 +309,21 @@ def _read_csv(path: Path, columns: Sequence[str], notes: list[str]) -> pd.DataFr
         # more than half of a long soak's memory.
         header = pd.read_csv(path, nrows=0, encoding="utf-8").columns
         numeric_na = {c: _NOT_AVAILABLE for c in header if c not in ("host", "metric")}
+        usecols = None if keep is None else [c for c in header if str(c).strip() in keep]
         # Blank lines are kept (as all-empty rows) so that row i is always line i + 2.
-        df = pd.read_csv(path, dtype={"host": str, "metric": str}, keep_default_na=False, encoding="utf-8",
-                         na_values=numeric_na, skip_blank_lines=False, low_memory=False)
+        reader = pd.read_csv(path, dtype={"host": str, "metric": str}, keep_default_na=False, encoding="utf-8",
+                             na_values=numeric_na, skip_blank_lines=False, usecols=usecols,
+                             chunksize=CHUNK_ROWS)
+        with reader:
+            pending = None
+            for chunk in reader:
+                if pending is not None:
+                    chunks.append(_checked(pending, path, columns, notes, convert, last=False))
+                pending = chunk
+            if pending is None:  # a header alone
+                pending = pd.read_csv(path, dtype={"host": str, "metric": str}, keep_default_na=False,
+                                      encoding="utf-8", usecols=usecols)
+            chunks.append(_checked(pending, path, columns, notes, convert, last=True))
     except pd.errors.EmptyDataError:
         raise SoakDataError(path, "empty file (expected a header line)", line=1) from None
     except pd.errors.ParserError as exc:
@@ -248,22 +332,44 @@ def _read_csv(path: Path, columns: Sequence[str], notes: list[str]) -> pd.DataFr
         raise SoakDataError(path, f"not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise SoakDataError(path, f"cannot read ({exc.strerror or exc})") from None
+    return _join(chunks)
+
+
+def _checked(df: pd.DataFrame, path: Path, columns: Sequence[str], notes: list[str],
+             convert: Callable[[pd.DataFrame], None], *, last: bool) -> pd.DataFrame:
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise SoakDataError(path, "required column missing from the header (a column with no data "
                             "stays, with empty cells)", line=1, field=missing[0])
+    # The parser numbers rows on across chunks, so row i is line i + 2 in every chunk.
     df["_line"] = df.index + 2
-    if len(df) and not _ends_with_newline(path):
-        notes.append(f"{path.name}: last line {len(df) + 1} has no newline (cut off while being written); ignored")
+    if last and len(df) and not _ends_with_newline(path):
+        notes.append(f"{path.name}: last line {int(df['_line'].iloc[-1])} has no newline "
+                     "(cut off while being written); ignored")
         df = df.iloc[:-1]
-    # Column by column, not as one frame of every cell: a long soak's telemetry is millions of rows.
     blank = np.ones(len(df), bool)
     for c in columns:
         col = df[c]
         empty = col.isna() if pd.api.types.is_numeric_dtype(col) else col.isna() | (col == "")
         blank &= empty.to_numpy(bool)
-    return df[~blank].copy() if blank.any() else df
+    df = df[~blank].copy() if blank.any() else df
+    convert(df)
+    return df
+
+
+def _join(chunks: list[pd.DataFrame]) -> pd.DataFrame:
+    """The chunks as one frame, built a column at a time and each chunk's column let go once
+    copied, so joining needs little more than the result."""
+    if len(chunks) == 1:
+        return chunks[0]
+    names = list(chunks[0].columns)
+    out = {}
+    for name in names:
+        parts = [c.pop(name) for c in chunks]
+        out[name] = pd.concat(parts, ignore_index=True)
+        del parts
+    return pd.DataFrame(out)
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -315,12 +421,16 @@ def _to_gpu_index(df: pd.DataFrame, path: Path, *, required: bool = True) -> Non
 
 
 def _to_label(df: pd.DataFrame, path: Path, col: str) -> None:
-    values = df[col].fillna("").astype(str).str.strip()
+    # Stripped once per distinct label and interned, so every row of a host (a metric) refers
+    # to one string: millions of rows, a handful of names.
+    raw = df[col].astype(object).where(df[col].notna(), "")
+    labels = {text: sys.intern(str(text).strip()) for text in pd.unique(raw.to_numpy())}
+    values = raw.map(labels)
     empty = values == ""
     if empty.any():
         line, _ = _first_bad(df, empty)
         raise SoakDataError(path, "empty (this column is required on every row)", line=line, field=col)
-    df[col] = values
+    df[col] = values.astype(str)
 
 
 def _to_bitmask(df: pd.DataFrame, path: Path) -> None:
