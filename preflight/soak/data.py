@@ -42,6 +42,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,15 @@ class SoakData:
     throughput: pd.DataFrame
     notes: tuple[str, ...] = ()
 
+    @cached_property
+    def telemetry_by_host(self) -> HostFrames:
+        """Each host's telemetry rows, taken one host at a time (``HostFrames``)."""
+        return HostFrames(self.telemetry)
+
+    @cached_property
+    def throughput_by_host(self) -> HostFrames:
+        return HostFrames(self.throughput)
+
 
 def read_soak(soak_dir: str | Path, *, columns: Sequence[str] | None = None) -> SoakData:
     """Read and validate ``soak_dir``. ``columns``: the telemetry columns to keep beyond the
@@ -146,11 +156,43 @@ def read_soak(soak_dir: str | Path, *, columns: Sequence[str] | None = None) -> 
         throughput = pd.DataFrame({"time": pd.Series(dtype=float), "host": pd.Series(dtype=str),
                                    "metric": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
 
-    notes += order_notes(telemetry)
-    unknown = sorted(set(host_rows(telemetry)) - set(meta.hosts))
+    rows = host_rows(telemetry)
+    notes += order_notes(telemetry, rows)
+    unknown = sorted(set(rows) - set(meta.hosts))
     if unknown:
         notes.append(f"{TELEMETRY_CSV} has hosts not listed in {SOAK_JSON}: {', '.join(unknown)}")
     return SoakData(soak_dir, meta, _by_time(telemetry), _by_time(throughput), tuple(notes))
+
+
+class HostFrames(Mapping[str, pd.DataFrame]):
+    """host -> its rows of ``frame`` (in frame order, index kept, as a groupby by host gives
+    them), taken when asked for and the last one kept: a check goes host by host, so only one
+    host's copy lives at a time instead of a second copy of the whole fleet's frame."""
+
+    def __init__(self, frame: pd.DataFrame, rows: Mapping[str, np.ndarray] | None = None):
+        self._frame = frame
+        self._rows = host_rows(frame) if rows is None else dict(rows)
+        self._last: tuple[str, pd.DataFrame] | None = None
+
+    def only(self, hosts: Iterable[str]) -> HostFrames:
+        """These hosts' frames alone (those of them with rows)."""
+        return HostFrames(self._frame, {h: self._rows[h] for h in hosts if h in self._rows})
+
+    def __getitem__(self, host: str) -> pd.DataFrame:
+        if self._last is not None and self._last[0] == host:
+            return self._last[1]
+        rows = self._frame.take(self._rows[host])  # KeyError for a host without rows
+        self._last = (host, rows)
+        return rows
+
+    def __iter__(self):
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, host: object) -> bool:
+        return host in self._rows
 
 
 def _telemetry_chunk(df: pd.DataFrame, path: Path) -> None:
@@ -208,7 +250,7 @@ def host_rows(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return {str(h): idx for h, idx in frame.groupby("host", sort=False).indices.items()}
 
 
-def order_notes(telemetry: pd.DataFrame) -> list[str]:
+def order_notes(telemetry: pd.DataFrame, rows: Mapping[str, np.ndarray] | None = None) -> list[str]:
     """What the file's order says about the recording: a GPU whose time goes backwards (a clock
     step, or files concatenated out of order; the rows are sorted by time for the analysis),
     and a GPU whose first sample comes well after its host's first (it appeared mid-run: hot
@@ -217,7 +259,7 @@ def order_notes(telemetry: pd.DataFrame) -> list[str]:
     t_all = telemetry["time"].to_numpy(float)
     gpu_all = telemetry["gpu"].to_numpy()
     line_all = telemetry["_line"].to_numpy() if "_line" in telemetry else None
-    hosts = sorted(host_rows(telemetry).items())
+    hosts = sorted((host_rows(telemetry) if rows is None else rows).items())
     # Host by host, with only that host's time, GPU and line arrays: a fleet's frame is never
     # split whole. Within a GPU the rows keep their file order (a stable sort by GPU).
     per_gpu = []
