@@ -27,6 +27,15 @@ half written: a file that does not end in a newline has its last row dropped, wi
 is a note. Anything else that breaks the contract raises ``SoakDataError`` naming the file,
 the line and the field.
 
+A long soak is millions of rows (72 h of 16 eight-GPU nodes at 1 Hz: 33 million), so the files
+are parsed ``CHUNK_ROWS`` at a time, each chunk validated as it comes (the first bad cell of the
+file still names its line), and kept in compact columns: a reading becomes float32 only where
+every cell of the chunk survives the round trip (whole degrees, MHz, MiB, percent; not
+milliwatt-precision watts or the time), labels are interned. The figures work in float64, so
+the verdicts are those of a float64 frame. ``read_soak(..., columns=ANALYSIS_COLUMNS)`` reads
+only the columns the analysis judges; with ``spill_dir`` each host's rows wait on disk and come
+back one host at a time (hostrows.py), which is how ``preflight analyze`` reads a soak.
+
 ``frames_from_samples`` converts a list of NVML sample dicts (the shape of
 tests/fixtures/corpus/h200-vm/burn_samples.json: ``{t, temp, sm, mem, power_w, util,
 reasons}``) into the two tables, and ``write_soak`` writes a directory; together they turn a
@@ -115,7 +124,10 @@ class SoakData:
     ``host`` str, ``gpu`` int, every other numeric column float with NaN for "not available".
     ``throughput`` has ``time``, ``host``, ``metric``, ``value`` (empty when the file is absent),
     and ``gpu`` (float, NaN on node-wide rows) when the file has that column.
-    Both are sorted by time. ``notes`` say what was tolerated while reading.
+    Both are sorted by time. Readings may be float32 where that holds every value exactly
+    (module docstring). ``notes`` say what was tolerated while reading. ``telemetry_by_host``
+    and ``throughput_by_host`` give one host's rows at a time, the only way to them when the
+    soak was read with ``spill_dir`` (the two frames are then empty, with the files' columns).
     """
 
     path: Path

@@ -70,6 +70,30 @@ class _OneAtATime(Mapping[str, pd.DataFrame]):
     def __contains__(self, host: object) -> bool:
         return host in self._known
 
+    def only(self, hosts: Iterable[str]) -> _Only:
+        """These hosts' frames alone (those of them with rows), from this mapping and its one
+        kept frame, so that two views never hold two hosts' copies."""
+        return _Only(self, [h for h in hosts if h in self._known])
+
+
+class _Only(Mapping[str, pd.DataFrame]):
+    def __init__(self, frames: _OneAtATime, hosts: list[str]):
+        self._frames, self._hosts, self._known = frames, hosts, set(hosts)
+
+    def __getitem__(self, host: str) -> pd.DataFrame:
+        if host not in self._known:
+            raise KeyError(host)
+        return self._frames[host]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._hosts)
+
+    def __len__(self) -> int:
+        return len(self._hosts)
+
+    def __contains__(self, host: object) -> bool:
+        return host in self._known
+
 
 class HostFrames(_OneAtATime):
     """host -> its rows of ``frame`` (frame order, index kept, as a groupby by host gives them)."""
@@ -78,10 +102,6 @@ class HostFrames(_OneAtATime):
         self._frame = frame
         self._rows = host_rows(frame) if rows is None else dict(rows)
         super().__init__(self._rows)
-
-    def only(self, hosts: Iterable[str]) -> HostFrames:
-        """These hosts' frames alone (those of them with rows)."""
-        return HostFrames(self._frame, {h: self._rows[h] for h in hosts if h in self._rows})
 
     def _make(self, host: str) -> pd.DataFrame:
         return self._frame.take(self._rows[host])
@@ -170,12 +190,9 @@ class SpillStore:
 class SpilledFrames(_OneAtATime):
     """host -> its rows of a ``SpillStore``, sorted by time (``by_time``)."""
 
-    def __init__(self, store: SpillStore, hosts: Iterable[str] | None = None):
+    def __init__(self, store: SpillStore):
         self._store = store
-        super().__init__(store.hosts if hosts is None else [h for h in hosts if h in store.hosts])
-
-    def only(self, hosts: Iterable[str]) -> SpilledFrames:
-        return SpilledFrames(self._store, list(hosts))
+        super().__init__(store.hosts)
 
     def _make(self, host: str) -> pd.DataFrame:
         return by_time(self._store.raw(host))
