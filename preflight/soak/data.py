@@ -453,8 +453,14 @@ def _to_gpu_index(df: pd.DataFrame, path: Path, *, required: bool = True) -> Non
 
 
 def _to_label(df: pd.DataFrame, path: Path, col: str) -> None:
-    # Stripped once per distinct label and interned, so every row of a host (a metric) refers
-    # to one string: millions of rows, a handful of names.
+    # Looked at once per distinct label, not per row: millions of rows, a handful of names. Only
+    # a chunk with a label to strip or an empty one is rewritten (labels interned, so every row
+    # of a host refers to one string).
+    names = pd.unique(df[col].to_numpy(object))
+    if all(isinstance(n, str) and n and n == n.strip() for n in names):
+        if df[col].dtype != "str":
+            df[col] = df[col].astype(str)
+        return
     raw = df[col].astype(object).where(df[col].notna(), "")
     labels = {text: sys.intern(str(text).strip()) for text in pd.unique(raw.to_numpy())}
     values = raw.map(labels)
