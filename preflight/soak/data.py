@@ -157,17 +157,23 @@ def read_soak(soak_dir: str | Path, *, columns: Sequence[str] | None = None,
     a dozen more columns a row). ``spill_dir``: keep each host's rows on disk there (it must
     outlive the returned SoakData), so that the memory holds a chunk and one host at a time
     rather than the fleet; the frames are then reached through ``telemetry_by_host`` and
-    ``throughput_by_host`` only."""
+    ``throughput_by_host`` only, and hold ``ANALYSIS_COLUMNS`` (throughput: its contract
+    columns and ``gpu``)."""
     soak_dir = Path(soak_dir)
     if not soak_dir.is_dir():
         raise SoakDataError(soak_dir, "not a directory")
     meta = _read_meta(soak_dir / SOAK_JSON)
     notes: list[str] = []
     tele_path = soak_dir / TELEMETRY_CSV
+    # Spilled, only the columns the reader converts to numbers (a column left as the parser
+    # found it may be text in one chunk and numbers in the next, which one raw file cannot hold).
+    columns = ANALYSIS_COLUMNS if spill_dir is not None else columns
     keep = None if columns is None else frozenset(TELEMETRY_COLUMNS) | frozenset(columns)
+    thr_keep = frozenset((*THROUGHPUT_COLUMNS, "gpu")) if spill_dir is not None else None
     tele_chunks = _chunks(tele_path, TELEMETRY_COLUMNS, notes, lambda df: _telemetry_chunk(df, tele_path), keep)
     throughput_path = soak_dir / THROUGHPUT_CSV
-    thr_chunks = (_chunks(throughput_path, THROUGHPUT_COLUMNS, notes, lambda df: _throughput_chunk(df, throughput_path))
+    thr_chunks = (_chunks(throughput_path, THROUGHPUT_COLUMNS, notes,
+                          lambda df: _throughput_chunk(df, throughput_path), thr_keep)
                   if throughput_path.exists() else None)
     if spill_dir is None:
         telemetry = _join(list(tele_chunks))

@@ -158,3 +158,18 @@ def test_the_analysis_leaves_no_scratch_behind_judged_or_refused(tmp_path, monke
     with pytest.raises(SoakDataError, match=r"telemetry\.csv:2: gpu"):
         judge_soak(bad, load_knowledge())
     assert list(scratch.iterdir()) == []
+
+
+def test_an_extra_column_text_in_one_chunk_and_numbers_in_the_next_is_left_out_of_the_spill(tmp_path, monkeypatch):
+    soak = _copy(REAL[0], tmp_path / "soak")
+    path = soak / "throughput.csv"
+    head, *rows = path.read_text().splitlines()
+    # A column after the contract's (allowed): words in the first block, numbers after.
+    path.write_text("\n".join([f"{head},note", *(f"{r},{'warm-up' if i < 30 else i}" for i, r in enumerate(rows))])
+                    + "\n")
+    monkeypatch.setattr(soak_data, "CHUNK_ROWS", 50)
+    whole = read_soak(soak)
+    assert "note" in whole.throughput
+    spilled = read_soak(soak, spill_dir=tmp_path / "spill")
+    assert "note" not in spilled.throughput_by_host["vm"]
+    assert _analysis(soak)[:3] == (lambda r: (r.findings, r.soak_section(), r.notes))(analyze(spilled))
