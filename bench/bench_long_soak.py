@@ -9,7 +9,10 @@ byte except the time, host and gpu fields, at 1 Hz (telemetry) and every 5 s (th
 burn's window), each GPU at another phase of the cycle, for ``--hours`` on ``--gpus`` GPUs of
 each of ``--nodes`` nodes. Each size is written as a ``preflight-soak/1`` directory and judged by
 ``preflight analyze SOAK_DIR`` in a child process (``--no-html``: judging, not drawing), whose
-wall time and peak resident memory (``ru_maxrss``) are printed.
+wall time and peak resident memory (``ru_maxrss``) are printed. The analysis reads the files in
+chunks and keeps each host's rows on disk while another host is judged (preflight/soak/hostrows.py),
+so its memory should stay that of one node whatever ``--nodes`` is; the scratch it writes lies under
+the system's temporary directory (``TMPDIR``) while it runs, next to the soak itself.
 
 Bytes per GPU-hour are measured on the files as written: telemetry.csv per GPU, throughput.csv
 per node divided by its GPUs; heartbeat.json is replaced, not appended, and stays one small file.

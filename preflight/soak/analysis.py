@@ -29,6 +29,7 @@ series when the node has none; figures.py defines them).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,7 +44,7 @@ from preflight.model import Check, Finding, Status
 from preflight.parse.smi_records import reasons_from_bitmask
 from preflight.soak import ib
 from preflight.soak.context import SoakContext, soak_context
-from preflight.soak.data import SoakData, read_soak
+from preflight.soak.data import ANALYSIS_COLUMNS, SoakData, read_soak
 from preflight.soak.figures import DEFAULT_THRESHOLDS, GpuSummary, MetricTrend, Thresholds, node_throughput
 from preflight.soak.slo import run_rates
 
@@ -119,7 +120,9 @@ def soak_checks(extra_dirs: Iterable[Path] = ()) -> list[Check]:
 def analyze_soak(soak_dir: str | Path, *, thresholds: Thresholds = DEFAULT_THRESHOLDS,
                  slowdown_temperature_c: float | None = None) -> SoakResult:
     """Read and judge a soak directory; raises ``SoakDataError`` when it breaks the contract."""
-    return analyze(read_soak(soak_dir), thresholds=thresholds, slowdown_temperature_c=slowdown_temperature_c)
+    with tempfile.TemporaryDirectory(prefix="preflight-soak-") as spill:  # one host in memory at a time
+        return analyze(read_soak(soak_dir, columns=ANALYSIS_COLUMNS, spill_dir=spill), thresholds=thresholds,
+                       slowdown_temperature_c=slowdown_temperature_c)
 
 
 def analyze(data: SoakData, *, thresholds: Thresholds = DEFAULT_THRESHOLDS,

@@ -25,7 +25,7 @@ from preflight.check import Outcome
 from preflight.model import Status
 from preflight.parse.ib_counters import TimedReading
 from preflight.soak import coverage, gpu_verdicts, ib, sdc, server_log, slo, sweep, throughput
-from preflight.soak.data import SoakData, read_events
+from preflight.soak.data import HostFrames, SoakData, read_events
 from preflight.soak.figures import (
     DEFAULT_THRESHOLDS,
     GpuSummary,
@@ -173,23 +173,42 @@ class SoakContext:
         return throughput.outliers(self.gpus, self.trends, self.thresholds)
 
 
+class _EveryHost(Mapping[str, pd.DataFrame]):
+    """Every host of the soak, those without rows mapped to ``empty``."""
+
+    def __init__(self, frames: HostFrames, hosts: tuple[str, ...], empty: pd.DataFrame):
+        self._frames, self._hosts, self._empty = frames, hosts, empty
+
+    def __getitem__(self, host: str) -> pd.DataFrame:
+        if host not in self._hosts:
+            raise KeyError(host)
+        return self._frames[host] if host in self._frames else self._empty
+
+    def __iter__(self):
+        return iter(self._hosts)
+
+    def __len__(self) -> int:
+        return len(self._hosts)
+
+
 def soak_context(data: SoakData, thresholds: Thresholds = DEFAULT_THRESHOLDS,
                  slowdown_temperature_c: float | None = None) -> SoakContext:
     """The figures of an already read soak. ``slowdown_temperature_c`` applies where the
     telemetry has no per-GPU threshold (from a platform profile, say)."""
     th = thresholds
-    tele, thr = data.telemetry, data.throughput
+    thr = data.throughput
     # Every host the soak names counts: soak.json's, any only the telemetry or throughput has,
     # and those whose agent the controller recorded (a host that delivered nothing is listed
     # under "missing", not "hosts", and must not vanish from the verdicts).
     plan = coverage.plan_of(data.meta.extra)
-    hosts = tuple(dict.fromkeys([*data.meta.hosts, *sorted(set(tele["host"])), *sorted(set(thr["host"])),
+    # Host by host: each host's rows are taken for its summaries (and again when a check asks
+    # for them), so a fleet's frame is never split into a second whole copy.
+    tele_by_host, thr_by_host = data.telemetry_by_host, data.throughput_by_host
+    hosts = tuple(dict.fromkeys([*data.meta.hosts, *sorted(tele_by_host), *sorted(thr_by_host),
                                  *plan.agents, *plan.missing]))
     by_host: dict[str, list[GpuSummary]] = {h: [] for h in hosts}
-    for g in gpu_summaries(tele, th, slowdown_temperature_c):
-        by_host[g.host].append(g)
-    tele_by_host = dict(tuple(tele.groupby("host", sort=False)))
-    thr_by_host = dict(tuple(thr.groupby("host", sort=False)))
+    for host in sorted(tele_by_host):
+        by_host[host] = gpu_summaries(tele_by_host[host], th, slowdown_temperature_c)
     excused = (data.meta.extra or {}).get("no_telemetry") if data.meta.engine == "vllm" else None
     # host -> why; a hand-made soak.json may hold anything here, and only that shape excuses.
     no_telemetry = ({str(h): str(why) for h, why in excused.items() if isinstance(why, str)}
@@ -204,6 +223,6 @@ def soak_context(data: SoakData, thresholds: Thresholds = DEFAULT_THRESHOLDS,
         data=data, thresholds=th, hosts=hosts,
         gpus={h: tuple(by_host[h]) for h in hosts},
         trends={h: tuple(throughput_trends(thr_by_host[h], th)) if h in thr_by_host else () for h in hosts},
-        telemetry={h: tele_by_host[h] for h in hosts if by_host[h]},
-        throughput={h: thr_by_host.get(h, thr.iloc[:0]) for h in hosts},
+        telemetry=tele_by_host.only(h for h in hosts if by_host[h]),
+        throughput=_EveryHost(thr_by_host, hosts, thr.iloc[:0]),
         no_telemetry=no_telemetry, events=read_events(data.path), notes=tuple(notes), ib_readings=ib_readings)

@@ -27,6 +27,15 @@ half written: a file that does not end in a newline has its last row dropped, wi
 is a note. Anything else that breaks the contract raises ``SoakDataError`` naming the file,
 the line and the field.
 
+A long soak is millions of rows (72 h of 16 eight-GPU nodes at 1 Hz: 33 million), so the files
+are parsed ``CHUNK_ROWS`` at a time, each chunk validated as it comes (the first bad cell of the
+file still names its line), and kept in compact columns: a reading becomes float32 only where
+every cell of the chunk survives the round trip (whole degrees, MHz, MiB, percent; not
+milliwatt-precision watts or the time), labels are interned. The figures work in float64, so
+the verdicts are those of a float64 frame. ``read_soak(..., columns=ANALYSIS_COLUMNS)`` reads
+only the columns the analysis judges; with ``spill_dir`` each host's rows wait on disk and come
+back one host at a time (hostrows.py), which is how ``preflight analyze`` reads a soak.
+
 ``frames_from_samples`` converts a list of NVML sample dicts (the shape of
 tests/fixtures/corpus/h200-vm/burn_samples.json: ``{t, temp, sm, mem, power_w, util,
 reasons}``) into the two tables, and ``write_soak`` writes a directory; together they turn a
@@ -38,9 +47,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +68,13 @@ from preflight.contracts import (
     THROUGHPUT_COLUMNS,
     THROUGHPUT_CSV,
 )
+from preflight.soak.hostrows import HostFrames, SpilledFrames, SpillStore, by_time, host_rows
 
 # Numeric telemetry columns whose cells may be empty; `time` and `gpu` may not.
 _OPTIONAL_NUMERIC = tuple(c for c in TELEMETRY_COLUMNS if c not in ("time", "host", "gpu"))
+# The telemetry columns the built-in analysis reads (``read_soak(..., columns=ANALYSIS_COLUMNS)``):
+# the contract's and the slowdown threshold; the agent's counters after them are not judged.
+ANALYSIS_COLUMNS: tuple[str, ...] = (*TELEMETRY_COLUMNS, SLOWDOWN_COLUMN)
 _NOT_AVAILABLE = ["", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "nan", "NaN"]
 # What a reading can physically be. A value outside is a corrupt file or a broken converter,
 # not a measurement: refused with its line, rather than judged (an infinite temperature would
@@ -109,7 +124,10 @@ class SoakData:
     ``host`` str, ``gpu`` int, every other numeric column float with NaN for "not available".
     ``throughput`` has ``time``, ``host``, ``metric``, ``value`` (empty when the file is absent),
     and ``gpu`` (float, NaN on node-wide rows) when the file has that column.
-    Both are sorted by time. ``notes`` say what was tolerated while reading.
+    Both are sorted by time. Readings may be float32 where that holds every value exactly
+    (module docstring). ``notes`` say what was tolerated while reading. ``telemetry_by_host``
+    and ``throughput_by_host`` give one host's rows at a time, the only way to them when the
+    soak was read with ``spill_dir`` (the two frames are then empty, with the files' columns).
     """
 
     path: Path
@@ -117,72 +135,158 @@ class SoakData:
     telemetry: pd.DataFrame
     throughput: pd.DataFrame
     notes: tuple[str, ...] = ()
+    # Read with ``spill_dir``: each host's rows kept on disk, ``telemetry`` and ``throughput``
+    # then empty frames with the files' columns (hostrows.py).
+    spilled: tuple[SpilledFrames, SpilledFrames] | None = field(default=None, repr=False)
+
+    @cached_property
+    def telemetry_by_host(self) -> HostFrames | SpilledFrames:
+        """Each host's telemetry rows, sorted by time, taken one host at a time (hostrows.py)."""
+        return self.spilled[0] if self.spilled else HostFrames(self.telemetry)
+
+    @cached_property
+    def throughput_by_host(self) -> HostFrames | SpilledFrames:
+        return self.spilled[1] if self.spilled else HostFrames(self.throughput)
 
 
-def read_soak(soak_dir: str | Path) -> SoakData:
+def read_soak(soak_dir: str | Path, *, columns: Sequence[str] | None = None,
+              spill_dir: str | Path | None = None) -> SoakData:
+    """Read and validate ``soak_dir``. ``columns``: the telemetry columns to keep beyond the
+    contract's (default: every column the file has); ``ANALYSIS_COLUMNS`` is what the built-in
+    analysis reads, which keeps a long fleet soak's rows small (the agent's extra counters are
+    a dozen more columns a row). ``spill_dir``: keep each host's rows on disk there (it must
+    outlive the returned SoakData), so that the memory holds a chunk and one host at a time
+    rather than the fleet; the frames are then reached through ``telemetry_by_host`` and
+    ``throughput_by_host`` only, and hold ``ANALYSIS_COLUMNS`` (throughput: its contract
+    columns and ``gpu``)."""
     soak_dir = Path(soak_dir)
     if not soak_dir.is_dir():
         raise SoakDataError(soak_dir, "not a directory")
     meta = _read_meta(soak_dir / SOAK_JSON)
     notes: list[str] = []
-    telemetry = _read_csv(soak_dir / TELEMETRY_CSV, TELEMETRY_COLUMNS, notes)
-    _to_numeric(telemetry, soak_dir / TELEMETRY_CSV, "time", required=True)
-    _to_gpu_index(telemetry, soak_dir / TELEMETRY_CSV)
-    _to_label(telemetry, soak_dir / TELEMETRY_CSV, "host")
-    for col in _OPTIONAL_NUMERIC + ((SLOWDOWN_COLUMN,) if SLOWDOWN_COLUMN in telemetry else ()):
-        if col == "clocks_event_reasons":
-            _to_bitmask(telemetry, soak_dir / TELEMETRY_CSV)
-        else:
-            _to_numeric(telemetry, soak_dir / TELEMETRY_CSV, col, required=False)
-
+    tele_path = soak_dir / TELEMETRY_CSV
+    # Spilled, only the columns the reader converts to numbers (a column left as the parser
+    # found it may be text in one chunk and numbers in the next, which one raw file cannot hold).
+    columns = ANALYSIS_COLUMNS if spill_dir is not None else columns
+    keep = None if columns is None else frozenset(TELEMETRY_COLUMNS) | frozenset(columns)
+    thr_keep = frozenset((*THROUGHPUT_COLUMNS, "gpu")) if spill_dir is not None else None
+    tele_chunks = _chunks(tele_path, TELEMETRY_COLUMNS, notes, lambda df: _telemetry_chunk(df, tele_path), keep)
     throughput_path = soak_dir / THROUGHPUT_CSV
-    if throughput_path.exists():
-        throughput = _read_csv(throughput_path, THROUGHPUT_COLUMNS, notes)
-        _to_numeric(throughput, throughput_path, "time", required=True)
-        _to_label(throughput, throughput_path, "host")
-        _to_label(throughput, throughput_path, "metric")
-        _to_numeric(throughput, throughput_path, "value", required=False)
-        if "gpu" in throughput:
-            _to_gpu_index(throughput, throughput_path, required=False)
-    else:
-        notes.append(f"{THROUGHPUT_CSV} absent: throughput not judged")
-        throughput = pd.DataFrame({"time": pd.Series(dtype=float), "host": pd.Series(dtype=str),
-                                   "metric": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
+    thr_chunks = (_chunks(throughput_path, THROUGHPUT_COLUMNS, notes,
+                          lambda df: _throughput_chunk(df, throughput_path), thr_keep)
+                  if throughput_path.exists() else None)
+    if spill_dir is None:
+        telemetry = _join(list(tele_chunks))
+        throughput = _join(list(thr_chunks)) if thr_chunks is not None else _no_throughput(notes)
+        rows = host_rows(telemetry)
+        notes += order_notes(telemetry, rows)
+        notes += _unknown_hosts(rows, meta)
+        return SoakData(soak_dir, meta, by_time(telemetry), by_time(throughput), tuple(notes))
 
-    notes += order_notes(telemetry)
-    unknown = sorted(set(telemetry["host"]) - set(meta.hosts))
-    if unknown:
-        notes.append(f"{TELEMETRY_CSV} has hosts not listed in {SOAK_JSON}: {', '.join(unknown)}")
-    return SoakData(soak_dir, meta,
-                    telemetry.drop(columns="_line").sort_values("time", kind="stable").reset_index(drop=True),
-                    throughput.drop(columns="_line", errors="ignore").sort_values("time", kind="stable")
-                    .reset_index(drop=True),
-                    tuple(notes))
+    tele_store, thr_store = SpillStore(Path(spill_dir) / "telemetry"), SpillStore(Path(spill_dir) / "throughput")
+    for chunk in tele_chunks:
+        tele_store.add(chunk)
+    for chunk in thr_chunks if thr_chunks is not None else (_no_throughput(notes),):
+        thr_store.add(chunk)
+    back, late = [], []
+    for host in sorted(tele_store.hosts):
+        raw = tele_store.raw(host)
+        b, lt = _host_order_notes(host, raw["time"].to_numpy(float), raw["gpu"].to_numpy(), raw["_line"].to_numpy())
+        back += b
+        late += lt
+        del raw
+    notes += back + late + _unknown_hosts(tele_store.hosts, meta)
+    return SoakData(soak_dir, meta, tele_store.empty(), thr_store.empty(), tuple(notes),
+                    spilled=(tele_store.frames(), thr_store.frames()))
 
 
-def order_notes(telemetry: pd.DataFrame) -> list[str]:
+def _no_throughput(notes: list[str]) -> pd.DataFrame:
+    notes.append(f"{THROUGHPUT_CSV} absent: throughput not judged")
+    return pd.DataFrame({"time": pd.Series(dtype=float), "host": pd.Series(dtype=str),
+                         "metric": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
+
+
+def _unknown_hosts(hosts: Iterable[str], meta: SoakMeta) -> list[str]:
+    unknown = sorted(set(hosts) - set(meta.hosts))
+    return [f"{TELEMETRY_CSV} has hosts not listed in {SOAK_JSON}: {', '.join(unknown)}"] if unknown else []
+
+
+def _telemetry_chunk(df: pd.DataFrame, path: Path) -> None:
+    _to_numeric(df, path, "time", required=True)
+    _to_gpu_index(df, path)
+    _to_label(df, path, "host")
+    for col in _OPTIONAL_NUMERIC + ((SLOWDOWN_COLUMN,) if SLOWDOWN_COLUMN in df else ()):
+        if col == "clocks_event_reasons":
+            _to_bitmask(df, path)
+        else:
+            _to_numeric(df, path, col, required=False)
+    # Readings, not the time: a float32 holds them exactly where the chunk's values allow
+    # (whole degrees, MHz, MiB, percent, bitmasks below 2**24), checked cell by cell, else
+    # they stay float64. The figures work in float64 (to_numpy(float)), so the verdicts are
+    # those of the float64 frame.
+    _compact(df, [c for c in df.columns if c not in ("time", "host", "gpu", "_line")])
+
+
+def _throughput_chunk(df: pd.DataFrame, path: Path) -> None:
+    _to_numeric(df, path, "time", required=True)
+    _to_label(df, path, "host")
+    _to_label(df, path, "metric")
+    _to_numeric(df, path, "value", required=False)
+    if "gpu" in df:
+        _to_gpu_index(df, path, required=False)
+        _compact(df, ["gpu"])  # values stay float64: the verdicts sum and average them
+
+
+def _compact(df: pd.DataFrame, columns: Iterable[str]) -> None:
+    """float64 columns to float32 where every cell (NaN included) survives the round trip."""
+    for col in columns:
+        values = df[col].to_numpy()
+        if values.dtype != np.float64:
+            continue
+        small = values.astype(np.float32)
+        if np.array_equal(small.astype(np.float64), values, equal_nan=True):
+            df[col] = small
+
+
+def order_notes(telemetry: pd.DataFrame, rows: Mapping[str, np.ndarray] | None = None) -> list[str]:
     """What the file's order says about the recording: a GPU whose time goes backwards (a clock
     step, or files concatenated out of order; the rows are sorted by time for the analysis),
     and a GPU whose first sample comes well after its host's first (it appeared mid-run: hot
     plug, a reset, a driver that came back), which the reader notes rather than hides."""
-    notes = []
-    for (host, gpu), rows in telemetry.groupby(["host", "gpu"], sort=True):
-        t = rows["time"].to_numpy(float)
-        back = np.flatnonzero(np.diff(t) < 0)
-        if len(back):
-            i = back[0] + 1
-            notes.append(f"{TELEMETRY_CSV}:{int(rows['_line'].iloc[i])}: {host} GPU {gpu}: time goes back "
-                         f"{t[i - 1] - t[i]:.3g} s ({len(back)} time{'s' if len(back) > 1 else ''}); "
-                         "rows sorted by time")
-    for host, rows in telemetry.groupby("host", sort=True):
-        start = rows["time"].min()
-        firsts = rows.groupby("gpu")["time"].min()
-        step = float(np.median(np.diff(np.unique(rows["time"].to_numpy(float))))) if len(rows) > 2 else 0.0
-        late = firsts[firsts - start > max(10 * step, 5.0)]
-        for gpu, first in late.items():
-            notes.append(f"{TELEMETRY_CSV}: {host} GPU {gpu} first appears {first - start:.1f} s into the soak "
-                         "(not there from the start: a reset, hot plug or a late driver)")
-    return notes
+    t_all = telemetry["time"].to_numpy(float)
+    gpu_all = telemetry["gpu"].to_numpy()
+    line_all = telemetry["_line"].to_numpy() if "_line" in telemetry else np.arange(len(telemetry)) + 2
+    back, late = [], []
+    # Host by host, with only that host's time, GPU and line arrays: a fleet's frame is never
+    # split whole. Every host's time steps back first, then every host's late GPUs.
+    for host, idx in sorted((host_rows(telemetry) if rows is None else rows).items()):
+        b, lt = _host_order_notes(host, t_all[idx], gpu_all[idx], line_all[idx])
+        back += b
+        late += lt
+    return back + late
+
+
+def _host_order_notes(host: str, t: np.ndarray, gpu: np.ndarray, line: np.ndarray) -> tuple[list[str], list[str]]:
+    """One host's notes of ``order_notes`` from its rows in file order: (time steps back, late GPUs)."""
+    order = np.argsort(gpu, kind="stable")  # within a GPU the rows keep their file order
+    gpus, starts = np.unique(gpu[order], return_index=True)
+    parts = np.split(order, starts[1:])
+    back = []
+    for g, rows in zip(gpus, parts, strict=True):
+        tg = t[rows]
+        steps = np.flatnonzero(np.diff(tg) < 0)
+        if len(steps):
+            i = steps[0] + 1
+            back.append(f"{TELEMETRY_CSV}:{int(line[rows[i]])}: {host} GPU {g}: time goes back "
+                        f"{tg[i - 1] - tg[i]:.3g} s ({len(steps)} time{'s' if len(steps) > 1 else ''}); "
+                        "rows sorted by time")
+    start = t.min()
+    firsts = pd.Series([t[rows].min() for rows in parts], index=gpus)
+    step = float(np.median(np.diff(np.unique(t)))) if len(t) > 2 else 0.0
+    late = [f"{TELEMETRY_CSV}: {host} GPU {g} first appears {first - start:.1f} s into the soak "
+            "(not there from the start: a reset, hot plug or a late driver)"
+            for g, first in firsts[firsts - start > max(10 * step, 5.0)].items()]
+    return back, late
 
 
 def read_events(soak_dir: str | Path) -> tuple[dict[str, str], ...]:
@@ -225,7 +329,16 @@ def _read_meta(path: Path) -> SoakMeta:
     return SoakMeta(raw["engine"], raw["started"], tuple(hosts), extra or None)
 
 
-def _read_csv(path: Path, columns: Sequence[str], notes: list[str]) -> pd.DataFrame:
+# Rows parsed at a time: the parser's own buffers and the string cells of one chunk stay a few
+# tens of MB whatever the file's length; only the converted, compact columns are kept.
+CHUNK_ROWS = 250_000
+
+
+def _chunks(path: Path, columns: Sequence[str], notes: list[str],
+            convert: Callable[[pd.DataFrame], None], keep: frozenset[str] | None = None) -> Iterator[pd.DataFrame]:
+    """The file, validated and converted chunk by chunk (``convert`` raises on the chunk's
+    first bad cell, naming its line); at least one chunk, empty for a header alone. ``keep``:
+    the columns to read (default: all)."""
     if not path.exists():
         raise SoakDataError(path, "missing")
     if not path.is_file():
@@ -237,9 +350,19 @@ def _read_csv(path: Path, columns: Sequence[str], notes: list[str]) -> pd.DataFr
         # more than half of a long soak's memory.
         header = pd.read_csv(path, nrows=0, encoding="utf-8").columns
         numeric_na = {c: _NOT_AVAILABLE for c in header if c not in ("host", "metric")}
+        usecols = None if keep is None else [c for c in header if str(c).strip() in keep]
         # Blank lines are kept (as all-empty rows) so that row i is always line i + 2.
-        df = pd.read_csv(path, dtype={"host": str, "metric": str}, keep_default_na=False, encoding="utf-8",
-                         na_values=numeric_na, skip_blank_lines=False, low_memory=False)
+        options = dict(dtype={"host": str, "metric": str}, keep_default_na=False, encoding="utf-8",
+                       na_values=numeric_na, skip_blank_lines=False, usecols=usecols)
+        with pd.read_csv(path, chunksize=CHUNK_ROWS, **options) as reader:
+            pending = None
+            for chunk in reader:
+                if pending is not None:
+                    yield _checked(pending, path, columns, notes, convert, last=False)
+                pending = chunk
+        if pending is None:  # a header alone
+            pending = pd.read_csv(path, **options)
+        yield _checked(pending, path, columns, notes, convert, last=True)
     except pd.errors.EmptyDataError:
         raise SoakDataError(path, "empty file (expected a header line)", line=1) from None
     except pd.errors.ParserError as exc:
@@ -248,22 +371,43 @@ def _read_csv(path: Path, columns: Sequence[str], notes: list[str]) -> pd.DataFr
         raise SoakDataError(path, f"not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise SoakDataError(path, f"cannot read ({exc.strerror or exc})") from None
+
+
+def _checked(df: pd.DataFrame, path: Path, columns: Sequence[str], notes: list[str],
+             convert: Callable[[pd.DataFrame], None], *, last: bool) -> pd.DataFrame:
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise SoakDataError(path, "required column missing from the header (a column with no data "
                             "stays, with empty cells)", line=1, field=missing[0])
+    # The parser numbers rows on across chunks, so row i is line i + 2 in every chunk.
     df["_line"] = df.index + 2
-    if len(df) and not _ends_with_newline(path):
-        notes.append(f"{path.name}: last line {len(df) + 1} has no newline (cut off while being written); ignored")
+    if last and len(df) and not _ends_with_newline(path):
+        notes.append(f"{path.name}: last line {int(df['_line'].iloc[-1])} has no newline "
+                     "(cut off while being written); ignored")
         df = df.iloc[:-1]
-    # Column by column, not as one frame of every cell: a long soak's telemetry is millions of rows.
     blank = np.ones(len(df), bool)
     for c in columns:
         col = df[c]
         empty = col.isna() if pd.api.types.is_numeric_dtype(col) else col.isna() | (col == "")
         blank &= empty.to_numpy(bool)
-    return df[~blank].copy() if blank.any() else df
+    df = df[~blank].copy() if blank.any() else df
+    convert(df)
+    return df
+
+
+def _join(chunks: list[pd.DataFrame]) -> pd.DataFrame:
+    """The chunks as one frame, built a column at a time and each chunk's column let go once
+    copied, so joining needs little more than the result."""
+    if len(chunks) == 1:
+        return chunks[0]
+    names = list(chunks[0].columns)
+    out = {}
+    for name in names:
+        parts = [c.pop(name) for c in chunks]
+        out[name] = pd.concat(parts, ignore_index=True)
+        del parts
+    return pd.DataFrame(out)
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -315,12 +459,22 @@ def _to_gpu_index(df: pd.DataFrame, path: Path, *, required: bool = True) -> Non
 
 
 def _to_label(df: pd.DataFrame, path: Path, col: str) -> None:
-    values = df[col].fillna("").astype(str).str.strip()
+    # Looked at once per distinct label, not per row: millions of rows, a handful of names. Only
+    # a chunk with a label to strip or an empty one is rewritten (labels interned, so every row
+    # of a host refers to one string).
+    names = pd.unique(df[col].to_numpy(object))
+    if all(isinstance(n, str) and n and n == n.strip() for n in names):
+        if df[col].dtype != "str":
+            df[col] = df[col].astype(str)
+        return
+    raw = df[col].astype(object).where(df[col].notna(), "")
+    labels = {text: sys.intern(str(text).strip()) for text in pd.unique(raw.to_numpy())}
+    values = raw.map(labels)
     empty = values == ""
     if empty.any():
         line, _ = _first_bad(df, empty)
         raise SoakDataError(path, "empty (this column is required on every row)", line=line, field=col)
-    df[col] = values
+    df[col] = values.astype(str)
 
 
 def _to_bitmask(df: pd.DataFrame, path: Path) -> None:

@@ -257,7 +257,8 @@ def _summarise(host: str, gpu: int, g: pd.DataFrame, th: Thresholds, slowdown_de
 
 def throughput_trends(rows: pd.DataFrame, th: Thresholds) -> list[MetricTrend]:
     """One trend per (metric, gpu) throughput series (``is_throughput``) of one host's rows."""
-    rows = rows[rows["metric"].map(is_throughput).astype(bool)]
+    # Asked once per metric name, not once per row: a long soak has millions of rows, a few names.
+    rows = rows[rows["metric"].isin([m for m in rows["metric"].unique() if is_throughput(m)])]
     gpu = rows["gpu"] if "gpu" in rows else pd.Series(np.nan, index=rows.index)
     key = gpu.fillna(-1).astype(int)
     trends = [throughput_trend(metric, series["time"].to_numpy(float), series["value"].to_numpy(float), th,

@@ -11,6 +11,7 @@ made from their findings here, as for a bundle.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from preflight.diagnose.engine import KnowledgeBase, diagnose
 from preflight.model import Analysis, Check, HostVerdict, Status, worst
 from preflight.soak.analysis import CHECK_SERVER_LOG, analyze, soak_checks
 from preflight.soak.bench_results import write_results
-from preflight.soak.data import read_soak
+from preflight.soak.data import ANALYSIS_COLUMNS, SoakData, read_soak
 from preflight.soak.figures import DEFAULT_THRESHOLDS, Thresholds
 
 __all__ = ["CHECK_SERVER_LOG", "is_soak_dir", "judge_soak"]
@@ -36,7 +37,16 @@ def judge_soak(soak_dir: Path, kb: KnowledgeBase, plots_dir: Path | None = None,
     ``meta["soak_plots"]`` (paths relative to the plots directory's parent, the run directory,
     where report.html is written and reads them from), and write the serving agents'
     ``vllm bench serve``-shaped results to ``vllm-bench/`` beside it (bench_results.py)."""
-    data = read_soak(soak_dir)  # raises SoakDataError naming file, line and field
+    # Each host's rows wait on disk while another is judged (hostrows.py): a fleet's soak costs
+    # about one host's memory. The scratch goes when the judging (the plots included) is done.
+    with tempfile.TemporaryDirectory(prefix="preflight-soak-") as spill:
+        # raises SoakDataError naming file, line and field
+        data = read_soak(soak_dir, columns=ANALYSIS_COLUMNS, spill_dir=spill)
+        return _judge(data, kb, plots_dir, checks, thresholds)
+
+
+def _judge(data: SoakData, kb: KnowledgeBase, plots_dir: Path | None, checks: Sequence[Check] | None,
+           thresholds: Thresholds) -> Analysis:
     checks = soak_checks() if checks is None else list(checks)
     result = analyze(data, checks=checks, thresholds=thresholds)
     findings = list(result.findings)

@@ -59,9 +59,11 @@ def plot_soak(data: SoakData, out_dir: str | Path, *, max_points: int = 1500) ->
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
-    throughput = dict(tuple(data.throughput.groupby("host", sort=False)))
+    throughput = data.throughput_by_host
     readings = ib.read_readings(data.path)
-    for host, tele in data.telemetry.groupby("host", sort=True):
+    # One host's rows at a time (a fleet's frame is not split whole).
+    for host in sorted(data.telemetry_by_host):
+        tele = data.telemetry_by_host[host]
         path = out_dir / f"soak-{_safe(host)}.png"
         plot_host(tele, throughput.get(host, data.throughput.iloc[:0]), host, path, max_points=max_points,
                   ib_readings=readings.of(host) if readings else ())
