@@ -41,13 +41,29 @@ def by_time(df: pd.DataFrame) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-class _OneAtATime(Mapping[str, pd.DataFrame]):
-    """A mapping whose frames are made on demand, the last one kept: a check goes host by host,
-    so one host's copy lives at a time."""
+class _HostKeyed(Mapping[str, pd.DataFrame]):
+    """A mapping over a fixed list of hosts; subclasses say how a host's frame is got."""
 
     def __init__(self, hosts: Iterable[str]):
         self._hosts = list(hosts)
         self._known = set(self._hosts)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._hosts)
+
+    def __len__(self) -> int:
+        return len(self._hosts)
+
+    def __contains__(self, host: object) -> bool:
+        return host in self._known
+
+
+class _OneAtATime(_HostKeyed):
+    """A mapping whose frames are made on demand, the last one kept: a check goes host by host,
+    so one host's copy lives at a time."""
+
+    def __init__(self, hosts: Iterable[str]):
+        super().__init__(hosts)
         self._last: tuple[str, pd.DataFrame] | None = None
 
     def _make(self, host: str) -> pd.DataFrame:
@@ -61,38 +77,21 @@ class _OneAtATime(Mapping[str, pd.DataFrame]):
             self._last = (host, self._make(host))
         return self._last[1]
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._hosts)
-
-    def __len__(self) -> int:
-        return len(self._hosts)
-
-    def __contains__(self, host: object) -> bool:
-        return host in self._known
-
     def only(self, hosts: Iterable[str]) -> _Only:
         """These hosts' frames alone (those of them with rows), from this mapping and its one
         kept frame, so that two views never hold two hosts' copies."""
         return _Only(self, [h for h in hosts if h in self._known])
 
 
-class _Only(Mapping[str, pd.DataFrame]):
+class _Only(_HostKeyed):
     def __init__(self, frames: _OneAtATime, hosts: list[str]):
-        self._frames, self._hosts, self._known = frames, hosts, set(hosts)
+        super().__init__(hosts)
+        self._frames = frames
 
     def __getitem__(self, host: str) -> pd.DataFrame:
         if host not in self._known:
             raise KeyError(host)
         return self._frames[host]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._hosts)
-
-    def __len__(self) -> int:
-        return len(self._hosts)
-
-    def __contains__(self, host: object) -> bool:
-        return host in self._known
 
 
 class HostFrames(_OneAtATime):

@@ -67,7 +67,19 @@ def test_multinode_names_the_culprit_host(sim_cluster, tmp_path):
                  "--out", str(out), "--run-id", "r", "-q", "--checks", "nccl-multinode",
                  "--nccl-multinode", "--nccl-node-dir", str(node_dir), "--nccl-reps", "1",
                  "--nccl-max-bytes", str(MAX), "--nccl-timeout", "5"])
-    report = json.loads((out / "r" / "report.json").read_text())
+    # The evidence is in the bundle under the pseudo-host, with the hostfile the launcher got.
+    assert_gpu03_isolated(code, out / "r", gpus=8)
+    assert (node_dir / "r" / "nccl-pair-gpu03-gpu01.hosts").read_text() == "gpu03 slots=8\ngpu01 slots=8\n"
+    # analyze of the saved bundle reaches the same verdicts.
+    assert main(["analyze", str(out / "r"), "--out", str(tmp_path / "again"), "-q",
+                 "--checks", "nccl-multinode"]) == 1
+
+
+def assert_gpu03_isolated(code: int, run: Path, gpus: int) -> Path:
+    """The verdict of the recorded fault fleet (gpu03's HCA times out), whichever launcher ran
+    the all_reduce: gpu03 alone blamed by re-pairing, every run's output saved. Returns the
+    bundle's pseudo-host directory."""
+    report = json.loads((run / "report.json").read_text())
     assert code == 1
     assert {h: v["status"] for h, v in report["hosts"].items()} == {
         "gpu01": "pass", "gpu02": "pass", "gpu03": "fail", "gpu04": "pass"}
@@ -75,14 +87,10 @@ def test_multinode_names_the_culprit_host(sim_cluster, tmp_path):
         "nccl-pair-failed": ["gpu03"], "nccl-ib-qp-timeout": ["gpu03"]}
     fleet = next(f for f in report["findings"] if f["check"] == "nccl-multinode" and f["host"] is None)
     assert fleet["status"] == "fail" and fleet["summary"].startswith("isolated by re-pairing: gpu03")
-    assert "all hosts (4 hosts x 8 GPUs): hung" in fleet["summary"]
-    # The evidence is in the bundle under the pseudo-host, with the hostfile the launcher got.
-    saved = out / "r" / "bundle" / "hosts" / "fleet-"
+    assert f"all hosts (4 hosts x {gpus} GPUs): hung" in fleet["summary"]
+    saved = run / "bundle" / "hosts" / "fleet-"
     assert sorted(p.name for p in saved.glob("*.txt")) == [
         "nccl-multinode-inter.txt", "nccl-multinode-intra.txt", "nccl-multinode.txt",
         "nccl-pair-gpu02-gpu01.txt", "nccl-pair-gpu03-gpu01.txt", "nccl-pair-gpu04-gpu02.txt"]
     assert "# preflight: repetition 1 exit=124" in (saved / "nccl-multinode.txt").read_text()
-    assert (node_dir / "r" / "nccl-pair-gpu03-gpu01.hosts").read_text() == "gpu03 slots=8\ngpu01 slots=8\n"
-    # analyze of the saved bundle reaches the same verdicts.
-    assert main(["analyze", str(out / "r"), "--out", str(tmp_path / "again"), "-q",
-                 "--checks", "nccl-multinode"]) == 1
+    return saved

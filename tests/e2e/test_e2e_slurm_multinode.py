@@ -21,6 +21,7 @@ import pytest
 from derived import H200_RUN, h200_node_xml, mpirun_all_reduce, tagged_warn
 from simcluster import Reply, SimHost
 from slurmcluster import slurm_fleet
+from test_e2e_multinode import assert_gpu03_isolated
 
 from preflight.app.cli import main
 
@@ -82,21 +83,8 @@ def test_multinode_all_reduce_through_srun_names_the_culprit(cluster, tmp_path):
     code = main(["run", "--slurm", "-w", "gpu[01-04]", "--out", str(out), "--run-id", "r", "-q",
                  "--checks", "nccl-multinode", "--nccl-multinode", "--nccl-reps", "1",
                  "--nccl-max-bytes", str(MAX), "--nccl-timeout", "5"])
-    report = json.loads((out / "r" / "report.json").read_text())
-    assert code == 1
-    assert {h: v["status"] for h, v in report["hosts"].items()} == {
-        "gpu01": "pass", "gpu02": "pass", "gpu03": "fail", "gpu04": "pass"}
-    assert {d["cause"]: d["hosts"] for d in report["diagnoses"]} == {
-        "nccl-pair-failed": ["gpu03"], "nccl-ib-qp-timeout": ["gpu03"]}
-    fleet = next(f for f in report["findings"] if f["check"] == "nccl-multinode" and f["host"] is None)
-    assert fleet["status"] == "fail" and fleet["summary"].startswith("isolated by re-pairing: gpu03")
-    assert "all hosts (4 hosts x 1 GPUs): hung" in fleet["summary"]
-    saved = out / "r" / "bundle" / "hosts" / "fleet-"
-    assert sorted(p.name for p in saved.glob("*.txt")) == [
-        "nccl-multinode-inter.txt", "nccl-multinode-intra.txt", "nccl-multinode.txt",
-        "nccl-pair-gpu02-gpu01.txt", "nccl-pair-gpu03-gpu01.txt", "nccl-pair-gpu04-gpu02.txt"]
-    # The hung run: stopped on the nodes by timeout, srun passing its exit on.
-    assert "# preflight: repetition 1 exit=124" in (saved / "nccl-multinode.txt").read_text()
+    # The same verdict as over SSH; the hung run stopped on the nodes by timeout, srun passing its exit on.
+    saved = assert_gpu03_isolated(code, out / "r", gpus=1)
     # Each run is one step of one task per GPU, the split on the task's own command line.
     inter = json.loads((saved / "nccl-multinode-inter.json").read_text())["command"]
     assert inter[:7] == ["srun", inter[1], "--nodes=4", "--ntasks=4", "--ntasks-per-node=1",

@@ -9,7 +9,6 @@ or its telemetry cut after its first 24 s (as a killed agent leaves it).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,15 +17,6 @@ from preflight.app.cli import main
 from preflight.diagnose.engine import load_knowledge
 from preflight.model import Status
 from preflight.soak.judge import judge_soak
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "h200-soak-5min"
-
-
-@pytest.fixture
-def soak(tmp_path) -> Path:
-    out = tmp_path / "soak"
-    shutil.copytree(EXAMPLE, out, ignore=shutil.ignore_patterns("*.png", "*.md"))
-    return out
 
 
 def _edit_meta(soak: Path, **changes) -> None:

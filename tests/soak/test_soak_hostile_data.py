@@ -6,22 +6,12 @@ its telemetry edited as a corrupt file or a broken converter would leave it."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from preflight.app.cli import main
 from preflight.soak.data import SoakDataError, read_soak
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "h200-soak-5min"
-
-
-@pytest.fixture
-def soak(tmp_path) -> Path:
-    out = tmp_path / "soak"
-    shutil.copytree(EXAMPLE, out, ignore=shutil.ignore_patterns("*.png", "*.md"))
-    return out
 
 
 def _edit_cell(soak: Path, line: int, column: str, value: str) -> None:
