@@ -51,18 +51,21 @@ def gpu_inventory(host):
         raise smi_why
     source = _source(census)
     smi_counted = census.count_probe in ("nvidia-smi-q-x", "nvidia-smi-q")
-    evidence = [host.excerpt(census.count_probe, _COUNT_LINES.get(census.count_probe, "GPU"),
+
+    def evidence():
+        # Only a finding that is not a pass shows it: a scan of an 8-GPU -q -x is milliseconds a host.
+        return [host.excerpt(census.count_probe, _COUNT_LINES.get(census.count_probe, "GPU"),
                              limit=6 if smi_counted else 8)]
     if seen == 0:
         return fail(f"no GPU listed by {_command(census)} ({source}{versions})", symptoms=["gpu-missing"],
-                    evidence=evidence, data=data)
+                    evidence=evidence(), data=data)
     what = f"{seen} x {', '.join(models)}" if models else f"{seen} GPUs"
     if expected is None:
         return skip(f"{what} ({source}{versions}); no GPU count to compare with: "
                     f"{host.profile.why}", data=data)
     if seen < expected:
         return fail(f"{seen} of {expected} GPUs visible ({source}{versions})",
-                    symptoms=["gpu-missing"], evidence=evidence, data=data)
+                    symptoms=["gpu-missing"], evidence=evidence(), data=data)
     if on_bus_only:
         # lspci lists what is on the bus, a GPU the driver lost included: enough to say one
         # is missing, not enough to pass.
@@ -73,7 +76,7 @@ def gpu_inventory(host):
         # sold as, or a listing counted twice. Not a fault of a GPU, but nothing to pass either.
         return warn(f"{seen} GPUs visible, more than the {expected} of a {host.profile.name} "
                     f"({source}{versions}): check the platform profile (--profile) and the node's hardware",
-                    symptoms=["gpu-count-unexpected"], evidence=evidence, data=data)
+                    symptoms=["gpu-count-unexpected"], evidence=evidence(), data=data)
     return ok(f"{what} ({source}{versions})", data=data)
 
 

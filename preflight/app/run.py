@@ -2,7 +2,8 @@
 
 The bundle is written as results arrive and the analysis reads only the bundle, so what a
 run decides is exactly what ``preflight analyze`` on its bundle decides, and a run that dies
-half-way still leaves evidence to analyse.
+half-way still leaves evidence to analyse. Each host is judged from its saved records as soon
+as they are complete (``judge.incremental``), so judging overlaps the rest of the collection.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from preflight.collect.slurm_job import SlurmOptions
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import KnowledgeBase
 from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability
+from preflight.judge.incremental import IncrementalJudge
 from preflight.judge.loader import CheckLoadError
 from preflight.knowledge.profiles import Profile
 from preflight.model import Analysis, Check, Host, ProbeResult
@@ -83,26 +85,36 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
             slurm.release()
         raise
 
+    # Each host is judged as soon as its last record is saved, while the others are still being
+    # probed; only the fleet checks, the diagnosis and the reports wait for the whole fleet.
+    early = IncrementalJudge(req.checks, req.profiles, meta["probes"], req.forced_profile)
+
     def on_result(result: ProbeResult) -> None:
         writer.add(result)
+        early.offer(result.host, writer.records_of(result.host))
         if progress:
             progress(result)
 
-    if slurm:
-        run_slurm(slurm, req.plan, on_result)
-    elif local:
-        run_node(LocalNode(names[0]), req.plan, on_result)
-    else:
-        run_sharded(req.hosts, req.plan, on_result, req.plan.workers or auto_workers(len(req.hosts)))
-    if req.multinode and not local:
-        bundle = writer.bundle()
-        reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
-        if req.slurm:
-            run_multinode_slurm(req.hosts, reached, writer.add, req.slurm, req.multinode, req.run_id, FLEET_HOST)
+    try:
+        if slurm:
+            run_slurm(slurm, req.plan, on_result)
+        elif local:
+            run_node(LocalNode(names[0]), req.plan, on_result)
         else:
-            run_multinode(req.hosts, reached, writer.add, req.plan.ssh, req.multinode, req.run_id, FLEET_HOST)
+            run_sharded(req.hosts, req.plan, on_result, req.plan.workers or auto_workers(len(req.hosts)))
+        if req.multinode and not local:
+            bundle = writer.bundle()
+            reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
+            if req.slurm:
+                run_multinode_slurm(req.hosts, reached, writer.add, req.slurm, req.multinode, req.run_id, FLEET_HOST)
+            else:
+                run_multinode(req.hosts, reached, writer.add, req.plan.ssh, req.multinode, req.run_id, FLEET_HOST)
+        bundle = writer.bundle()
+        judged = early.judged(bundle)
+    finally:
+        early.close()
 
-    analysis = analyze(writer.bundle(), req.checks, req.profiles, req.kb, req.forced_profile)
+    analysis = analyze(bundle, req.checks, req.profiles, req.kb, req.forced_profile, judged)
     analysis.meta.update({"run_id": req.run_id, "created": created, "preflight_version": __version__,
                           "bundle": "bundle"})
     write_reports(run_dir, analysis, req.html)

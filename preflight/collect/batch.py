@@ -1,22 +1,23 @@
-"""Every probe of a node over one SSH channel: the node runs them itself (``--node-runner``).
+"""Every probe of a node over one SSH channel: the node runs them itself (the default).
 
-The default SSH fan-out opens a channel per probe (each a shell and a ``timeout`` on the node,
-and Python work per channel on the controller). Here the controller opens one: ``python3 -c
-BOOT`` with the node-side runner and the plan on stdin (``node_runner``), the very runner a Slurm
-task runs, with the same schedule (per-node width, hung-tool skip, node deadline) and
-process-group timeouts, now on the node. Its framed records come back on the channel's stdout.
+With ``--no-node-runner`` the fan-out opens a channel per probe instead (each a shell and a
+``timeout`` on the node, and Python work per channel on the controller). Here the controller
+opens one: ``python3 -I -S -c BOOT`` with the node-side runner and the plan on stdin
+(``node_runner``), the very runner a Slurm task runs, with the same schedule (per-node width,
+hung-tool skip, node deadline) and process-group timeouts, now on the node. Its framed records
+come back on the channel's stdout.
 
 Each record is handed on the moment its last line arrives, so a probe's result reaches the
 bundle as soon as the node has it (a controller killed mid-run keeps what every node had
 finished, as the channel-per-probe path does). A node where python3 cannot start the runner (no
-python3, too old) is probed the default way, a channel per probe; a runner that dies half-way
+python3, too old) is probed a channel per probe; a runner that dies half-way
 leaves its probes recorded as not run, with what it printed.
 """
 
 from __future__ import annotations
 
 from preflight.collect.fanout import ExecPlan, OnResult, failed_result, run_node
-from preflight.collect.node_runner import BOOT, node_payload, result_of
+from preflight.collect.node_runner import node_payload, result_of, runner_argv
 from preflight.collect.ssh import SshNode
 from preflight.node.frames import FrameReader
 
@@ -67,7 +68,7 @@ def run_node_batched(node: SshNode, plan: ExecPlan, on_result: OnResult, python:
         return
     records = _Records(node.name, plan, on_result)
     try:
-        r = node.run([python, "-c", BOOT], stdin=node_payload(plan), timeout=plan.node_budget() + GRACE_S,
+        r = node.run(runner_argv(python), stdin=node_payload(plan), timeout=plan.node_budget() + GRACE_S,
                      on_stdout=records.feed)
     except Exception as exc:  # noqa: BLE001 - a broken channel is a result like any other
         r = None

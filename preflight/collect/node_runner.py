@@ -2,12 +2,13 @@
 
 Both launchers that run a node's probes on the node itself use this: a Slurm task per node
 (``slurm_fleet``) and one SSH channel per node (``batch``). The node needs only python3: it runs
-``python3 -c BOOT`` and reads on stdin the runner's source files and the plan, which the
+``python3 -I -S -c BOOT`` (``runner_argv``) and reads on stdin the runner's source files and the plan, which the
 controller builds as for any other run (the same probes, limits, per-node width and budget).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -31,8 +32,17 @@ sys.exit(sys.modules["probe_runner"].main(doc["plan"]))
 """
 
 
+def runner_argv(python: str = "python3") -> list[str]:
+    """The command that starts the runner on a node. ``-I -S``: no site-packages, user site or
+    PYTHON* variables, which the stdlib-only runner does not need and a node's own (a PYTHONPATH
+    shadowing ``json``, a conda install's many .pth files) could break or slow."""
+    return [python, "-I", "-S", "-c", BOOT]
+
+
+@functools.lru_cache(maxsize=8)
 def node_payload(plan: ExecPlan) -> bytes:
-    """What the runner reads on stdin: its files and the plan, as JSON."""
+    """What the runner reads on stdin: its files and the plan, as JSON; built once per plan, not
+    once per node."""
     here = Path(probe_runner.__file__).parent
     files = [[name[:-3], (here / name).read_text()] for name in probe_runner.FILES]
     doc = {"files": files, "plan": {

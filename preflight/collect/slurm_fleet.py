@@ -2,7 +2,7 @@
 
 The controller builds the same ``ExecPlan`` as for SSH. Each allocation (at most
 ``max_nodes_per_job`` nodes) gets one step with one task per node; the task is
-``python3 -c BOOT`` and receives on stdin the node-side runner (``preflight/node``: schedule,
+``python3 -I -S -c BOOT`` and receives on stdin the node-side runner (``preflight/node``: schedule,
 local execution, frames) and the plan, so nothing is installed on the nodes. All nodes probe at
 once, each with the SSH path's rules (``preflight.node.schedule``), and stream framed records
 back over srun's stdout; each result reaches ``on_result`` (the bundle writer) as it arrives.
@@ -35,7 +35,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from preflight.collect.fanout import ExecPlan
 from preflight.collect.node import now_iso
-from preflight.collect.node_runner import BOOT, node_payload, result_of
+from preflight.collect.node_runner import node_payload, result_of, runner_argv
 from preflight.collect.slurm_job import Allocation, SlurmOptions, allocate, chunks, node_states, release
 from preflight.contracts import SLURM_ERROR
 from preflight.model import ProbeResult
@@ -156,7 +156,7 @@ class Step:
 def step_argv(job: int, nodes: Sequence[str], python: str = "python3") -> list[str]:
     return ["srun", f"--jobid={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
             f"--nodelist={NodeSet.fromlist(nodes)}", "--kill-on-bad-exit=0", "--input=all",
-            python, "-c", BOOT]
+            *runner_argv(python)]
 
 
 def run_step(job: int, nodes: Sequence[str], payload: bytes, plan: ExecPlan, on_result: OnResult,

@@ -15,6 +15,7 @@ give up on it); the controller stops waiting a grace period later.
 
 from __future__ import annotations
 
+import errno
 import logging
 import shlex
 import socket
@@ -29,6 +30,7 @@ from fabric import Config, Connection
 
 from preflight.collect import known_hosts
 from preflight.collect.node import KILL_AFTER_S, TIMEOUT_EXIT, CommandResult, not_run, now_iso
+from preflight.collect.ssh_config import DEFAULT_PATHS, IndexedSSHConfig
 from preflight.model import Host
 
 # paramiko logs a failed handshake with its traceback; with no handler configured, Python's
@@ -101,15 +103,12 @@ def _base_config(ssh_config: Path | None) -> Config:
     key = (str(ssh_config) if ssh_config else None, st and (st.st_mtime_ns, st.st_size))
     with _configs_lock:
         if key not in _configs:
-            overrides: dict = {"load_ssh_configs": True}
-            if ssh_config:
-                overrides["ssh_config_path"] = str(ssh_config)
-            config = Config(overrides=overrides)
-            if ssh_config:
-                # Config only loads the file when asked to; a user-given file replaces ~/.ssh/config.
-                config.set_runtime_ssh_path(str(ssh_config))
-                config.load_ssh_config()
-            _configs[key] = config
+            if ssh_config and not ssh_config.exists():
+                raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(ssh_config))
+            # The files fabric would load (a user-given file replaces ~/.ssh/config and the
+            # system's), read into a config whose lookup does not walk every node's stanza.
+            parsed = IndexedSSHConfig.from_paths([ssh_config] if ssh_config else DEFAULT_PATHS)
+            _configs[key] = Config(overrides={"load_ssh_configs": True}, ssh_config=parsed)
         return _configs[key]
 
 

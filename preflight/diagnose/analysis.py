@@ -6,14 +6,17 @@ earlier, so the two always agree.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from preflight.diagnose.engine import KnowledgeBase, diagnose
 from preflight.evidence.bundle import Bundle
-from preflight.judge.analyze import judge
+from preflight.judge.analyze import HostJudgement, judge
 from preflight.knowledge.profiles import Profile
 from preflight.model import Analysis, Check
 
 
 def analyze(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], kb: KnowledgeBase,
-            forced_profile: str | None = None) -> Analysis:
-    hosts, findings = judge(bundle, checks, profiles, forced_profile)
+            forced_profile: str | None = None, judged: Mapping[str, HostJudgement] | None = None) -> Analysis:
+    """``judged``: hosts a run already judged on the records the bundle holds (``judge.incremental``)."""
+    hosts, findings = judge(bundle, checks, profiles, forced_profile, judged)
     return Analysis(hosts, findings, diagnose(findings, kb), checks)

@@ -21,7 +21,7 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -75,12 +75,14 @@ class BundleWriter:
         # without reading back every file it has just written.
         self._results.setdefault(result.host, {})[probe] = _result_from(result.host, probe, stdout, meta)
 
+    def records_of(self, host: str) -> dict[str, ProbeResult]:
+        """The host's records so far, as ``bundle()`` would give them: in the reader's order (by probe id)."""
+        return dict(sorted(self._results.get(host, {}).items()))
+
     def bundle(self) -> Bundle:
         """The bundle as written so far, equal to what ``read_bundle`` reads from ``root``."""
-        def in_order(of: dict[str, ProbeResult]) -> dict[str, ProbeResult]:
-            return dict(sorted(of.items()))  # the reader's order: by probe id
-        results = {host: in_order(self._results.get(host, {})) for host in self.header["hosts"]}
-        fleet = in_order(self._results.get(FLEET_HOST, {}))
+        results = {host: self.records_of(host) for host in self.header["hosts"]}
+        fleet = self.records_of(FLEET_HOST)
         return Bundle(self.root, str(self.header.get("created", "")), tuple(self.header["hosts"]), results,
                       dict(self.header), fleet)
 
@@ -204,7 +206,11 @@ def _result_from(host: str, probe: str, stdout: bytes | None, meta: dict) -> Pro
 
 def host_reachability(bundle: Bundle, host: str) -> tuple[bool, str | None]:
     """(reachable, why not): a host is unreachable when no probe got past the connection."""
-    results = bundle.probes_of(host)
+    return reachability(bundle.probes_of(host))
+
+
+def reachability(results: Mapping[str, ProbeResult]) -> tuple[bool, str | None]:
+    """``host_reachability`` of one host's records."""
     if not results:
         return False, "no evidence recorded for this host (the run did not reach it)"
     errors = [r.error for r in results.values() if r.error]

@@ -7,77 +7,93 @@ agree. A check that raises never takes the analysis down: it becomes an ERROR fi
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
 from preflight.check import Outcome
 from preflight.collect.probes import PROBES as PROBES_BY_ID
 from preflight.contracts import SLURM_ERROR
-from preflight.evidence.bundle import Bundle, host_reachability
+from preflight.evidence.bundle import Bundle, reachability
 from preflight.judge.census import COMMANDS
 from preflight.judge.context import EvidenceMissing, FleetContext, HostContext
 from preflight.judge.outcomes import CheckOutputError, outcomes_of
 from preflight.knowledge.profiles import GENERIC, Profile, detect
-from preflight.model import Check, Evidence, Finding, HostVerdict, Status, worst
+from preflight.model import Check, Evidence, Finding, HostVerdict, ProbeResult, Status, worst
 
 CONNECTIVITY = "connectivity"
 PROBES = "probes"
 
 
-def judge(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile],
-          forced_profile: str | None = None) -> tuple[dict[str, HostVerdict], list[Finding]]:
-    """Per-host verdicts and every finding, from the bundle alone."""
-    findings: list[Finding] = []
-    contexts: dict[str, HostContext] = {}
-    verdict_profile: dict[str, Profile] = {}
+@dataclass
+class HostJudgement:
+    """One host judged from its own records: its findings, in order, the profile it was judged
+    against, and the context the fleet checks read it through (None: the host was not reached)."""
 
-    for host in bundle.hosts:
-        reachable, why = host_reachability(bundle, host)
-        if not reachable:
-            # No record at all means the run stopped before this host (the controller died):
-            # that says nothing about the host, unlike a connection that failed.
-            recorded = bool(bundle.probes_of(host))
-            symptom, short = ("host-unreachable", "host unreachable") if recorded else ("run-incomplete", "no evidence")
-            if recorded and why and why.startswith(SLURM_ERROR):
-                # Slurm would not (or could not) run the node's task: its reason, its cause.
-                symptom, short = "slurm-node-unavailable", "not run by Slurm"
-            findings.append(Finding(CONNECTIVITY, host, Status.ERROR, f"not checked: {why}", (symptom,)))
-            findings.extend(Finding(c.id, host, Status.ERROR, f"not checked: {short}")
-                            for c in checks if c.scope == "host")
-            verdict_profile[host] = profiles[GENERIC].chosen(short)
-            continue
-        ctx = HostContext(host, bundle.probes_of(host), profiles[GENERIC])
-        ctx.profile = _profile_for(ctx, profiles, forced_profile)
-        verdict_profile[host] = ctx.profile
-        contexts[host] = ctx
-        findings.append(Finding(CONNECTIVITY, host, Status.PASS, "connected"))
-        findings.append(_probe_health(ctx, bundle.header.get("probes") or []))
-        for check in checks:
-            if check.scope == "host":
-                findings.extend(_run_host_check(check, ctx))
+    host: str
+    findings: list[Finding]
+    profile: Profile
+    context: HostContext | None
 
+
+def judge_host(host: str, records: Mapping[str, ProbeResult], checks: list[Check], profiles: dict[str, Profile],
+               planned: Sequence[str] = (), forced_profile: str | None = None) -> HostJudgement:
+    """Every host check on one host's records (``planned``: the probe ids the run meant to record).
+    Needs nothing from the other hosts, so a run can call it the moment a host's last record
+    arrives; ``judge`` calls it for each host of a bundle."""
+    reachable, why = reachability(records)
+    if not reachable:
+        # No record at all means the run stopped before this host (the controller died):
+        # that says nothing about the host, unlike a connection that failed.
+        recorded = bool(records)
+        symptom, short = ("host-unreachable", "host unreachable") if recorded else ("run-incomplete", "no evidence")
+        if recorded and why and why.startswith(SLURM_ERROR):
+            # Slurm would not (or could not) run the node's task: its reason, its cause.
+            symptom, short = "slurm-node-unavailable", "not run by Slurm"
+        findings = [Finding(CONNECTIVITY, host, Status.ERROR, f"not checked: {why}", (symptom,))]
+        findings.extend(Finding(c.id, host, Status.ERROR, f"not checked: {short}")
+                        for c in checks if c.scope == "host")
+        return HostJudgement(host, findings, profiles[GENERIC].chosen(short), None)
+    ctx = HostContext(host, dict(records), profiles[GENERIC])
+    ctx.profile = _profile_for(ctx, profiles, forced_profile)
+    findings = [Finding(CONNECTIVITY, host, Status.PASS, "connected"), _probe_health(ctx, planned)]
+    for check in checks:
+        if check.scope == "host":
+            findings.extend(_run_host_check(check, ctx))
+    return HostJudgement(host, findings, ctx.profile, ctx)
+
+
+def judge(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], forced_profile: str | None = None,
+          judged: Mapping[str, HostJudgement] | None = None) -> tuple[dict[str, HostVerdict], list[Finding]]:
+    """Per-host verdicts and every finding, from the bundle alone. ``judged``: hosts already
+    judged on exactly the records the bundle holds for them (``preflight run`` judges each host
+    while the others are still being probed); every other host is judged here."""
+    planned = bundle.header.get("probes") or []
+    judged = judged or {}
+    per_host = [judged.get(host) or judge_host(host, bundle.probes_of(host), checks, profiles, planned, forced_profile)
+                for host in bundle.hosts]
+    findings = [f for j in per_host for f in j.findings]
     if not bundle.hosts:
         # Nothing was checked, which is not the same as everything passing.
         findings.append(Finding(CONNECTIVITY, None, Status.ERROR,
                                 "the bundle lists no host (bundle.json \"hosts\" is empty): nothing was checked",
                                 ("run-incomplete",)))
-    fleet = FleetContext(contexts, bundle.fleet)
+    fleet = FleetContext({j.host: j.context for j in per_host if j.context is not None}, bundle.fleet)
     for check in checks:
         if check.scope == "fleet":
             findings.extend(_run_fleet_check(check, fleet, tuple(bundle.hosts)))
 
-    hosts = {}
     statuses: dict[str | None, list[Status]] = {}
     for f in findings:
         statuses.setdefault(f.host, []).append(f.status)
-    for host in bundle.hosts:
-        status = worst(statuses.get(host, ()))
-        reachable = host in contexts
-        hosts[host] = HostVerdict(
-            "pass" if status in (Status.PASS, Status.SKIP) else status.value,
-            reachable, verdict_profile[host].id, verdict_profile[host].why,
-        )
+    hosts = {}
+    for j in per_host:
+        status = worst(statuses.get(j.host, ()))
+        hosts[j.host] = HostVerdict("pass" if status in (Status.PASS, Status.SKIP) else status.value,
+                                    j.context is not None, j.profile.id, j.profile.why)
     return hosts, findings
 
 
-def _probe_health(ctx: HostContext, planned: list[str]) -> Finding:
+def _probe_health(ctx: HostContext, planned: Sequence[str]) -> Finding:
     """A probe that hung is a symptom in itself (nvidia-smi stuck in the driver), even where
     a check could judge from another probe, so it is reported once per host here, naming the
     tool, with the probes that were not run because of it; so are probes the run planned but

@@ -88,7 +88,9 @@ matches wins, so the more specific ones come first in ``SIGNATURES``.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, fields, replace
+from itertools import accumulate
 
 from preflight.parse import ParseError, regex_needle
 
@@ -438,6 +440,34 @@ def _check_not_a_log(lines: list[str]) -> None:
         raise ParseError(f"not a kernel log: {content[0][:200]}")
 
 
+# Text a line must contain to be more than "a line of the log": the journal's "-- ... --"
+# markers, an elision, the kernel's rate-limit notes. With the signatures' needles, these are
+# every line that can change a reading once one line has shown this is a kernel log.
+_SPECIAL_NEEDLES = ("--", "...", "\u2026", "callbacks suppressed", "printk messages dropped")
+
+
+def _candidate_lines(lines: list[str]) -> set[int] | None:
+    """The (1-based) numbers of the lines holding a needle, found by searching the whole log once
+    per needle (``str.find`` over one string) rather than every line for every needle; None
+    when a signature has no needle, so that every line is read."""
+    needles = {s.needle for s in SIGNATURES}
+    if "" in needles:
+        return None
+    # Lines hold no line break (splitlines removed them all), so in the "\n"-joined text a
+    # needle's hit lies inside one line, found from the offsets where lines start.
+    joined = "\n".join(lines)
+    starts = list(accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
+    found: set[int] = set()
+    for needle in needles.union(_SPECIAL_NEEDLES):
+        at = joined.find(needle)
+        while at >= 0:
+            number = bisect_right(starts, at)  # the 1-based number of the line holding `at`
+            found.add(number)
+            end = starts[number] if number < len(starts) else len(joined)
+            at = joined.find(needle, end)
+    return found
+
+
 def parse_kernel_log(text: str) -> KernelLog:
     """Read ``dmesg`` / ``journalctl -k`` output into the symptoms it shows."""
     lines = text.splitlines()
@@ -454,8 +484,11 @@ def parse_kernel_log(text: str) -> KernelLog:
     # message: a text with neither is not a kernel log (random bytes, another tool's output),
     # and reading it as "no errors in N lines" would pass a node on no evidence.
     recognised = 0
+    candidates = _candidate_lines(lines)
 
     for number, raw in enumerate(lines, start=1):
+        if recognised and candidates is not None and number not in candidates:
+            continue
         prefix = _split_prefix(raw)
         message = prefix.message
         if not message:

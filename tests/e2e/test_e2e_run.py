@@ -195,3 +195,31 @@ def test_controller_killed_mid_run_leaves_a_bundle_analyze_reads(sim_cluster, tm
     assert "no evidence recorded for this host" in conn["summary"] and conn["symptoms"] == ["run-incomplete"]
     assert [d["cause"] for d in report["diagnoses"]] == ["run-incomplete"]
     assert (bundle / "hosts/gpu01/nvidia-smi-q-x.txt").read_text() == h200_node_xml(8)
+
+
+def test_hosts_are_judged_while_the_fleet_is_probed_and_the_verdicts_are_analyzes(sim_cluster, tmp_path, monkeypatch):
+    """Each host is judged as soon as its last record is saved (judge/incremental.py): the run's
+    final pass judges no host again, and `preflight analyze` of the bundle decides the same."""
+    import preflight.judge.analyze as analyze_mod
+
+    cluster = sim_cluster([gpu_node("gpu01"), gpu_node("gpu02", gpus=7), SimHost("gpu03", down=True),
+                           gpu_node("gpu04", driver="570.86.15")])
+    judged_late = []
+    real = analyze_mod.judge_host
+    monkeypatch.setattr(analyze_mod, "judge_host",
+                        lambda host, *a, **k: judged_late.append(host) or real(host, *a, **k))
+    code, report, run_dir = run(cluster, tmp_path)
+    assert code == 1
+    assert judged_late == []
+    # Host checks judged early (gpu02's missing GPU), the fleet check at the end (gpu04's driver).
+    assert {h: v["status"] for h, v in report["hosts"].items()} == \
+        {"gpu01": "pass", "gpu02": "fail", "gpu03": "error", "gpu04": "fail"}
+    assert {(f["host"], f["check"]) for f in report["findings"] if f["status"] == "fail"} == \
+        {("gpu02", "gpu-inventory"), ("gpu04", "fleet-consistency")}
+
+    monkeypatch.setattr(analyze_mod, "judge_host", real)
+    assert main(["analyze", str(run_dir), "--out", str(tmp_path / "again"), "-q", "--checks", SMI_CHECKS]) == code
+    [again] = (tmp_path / "again").iterdir()
+    later = json.loads((again / "report.json").read_text())
+    assert {k: later[k] for k in ("hosts", "findings", "diagnoses")} == \
+        {k: report[k] for k in ("hosts", "findings", "diagnoses")}

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from preflight.collect.fanout import ExecPlan
-from preflight.collect.node_runner import BOOT, node_payload
+from preflight.collect.node_runner import node_payload, runner_argv
 from preflight.collect.probe import Probe
 from preflight.node import frames, probe_runner
 
@@ -71,9 +71,23 @@ def test_the_runner_applies_the_ssh_paths_schedule_on_its_node(monkeypatch):
 
 def test_the_shipped_runner_needs_nothing_of_preflight_on_the_node(tmp_path):
     """What srun runs on each node, run here with a bare python3: no preflight on its path."""
-    proc = subprocess.run([sys.executable, "-I", "-c", BOOT], input=node_payload(_plan()), capture_output=True,
+    proc = subprocess.run(runner_argv(sys.executable), input=node_payload(_plan()), capture_output=True,
                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "gpu09"}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     recs = _decode(proc.stdout.decode())
     assert [h["kind"] for _, _, h, _ in recs][::len(recs) - 1] == ["hello", "end"]
     assert {h.get("probe") for _, _, h, _ in recs if h["kind"] == "result"} == {"smi-1", "smi-2", "log", "missing", "bench"}
+
+
+def test_the_runner_stamps_times_as_the_controller_does():
+    """The node runner writes its start times without importing datetime; the text is what
+    datetime's isoformat gives, so records from SSH, Slurm and --local read alike."""
+    import re
+    from datetime import datetime, timezone
+
+    from preflight.node.localexec import now_iso
+
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    stamp = now_iso()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", stamp)
+    assert before <= datetime.fromisoformat(stamp) <= datetime.now(timezone.utc)

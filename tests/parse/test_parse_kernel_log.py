@@ -291,8 +291,10 @@ def test_every_xid_in_the_corpus_is_in_the_catalog():
 
 
 def test_the_needle_shortcut_changes_no_reading_of_any_real_log():
-    """Each signature's needle (preflight/parse/regex_needle.py) only skips searches that could
-    not match: every real log in the corpus reads the same with the needles emptied."""
+    """Each signature's needle (preflight/parse/regex_needle.py) only skips work that could not
+    change the reading: the regex searches of a line without it, and (once a line has shown the
+    text is a kernel log) every line that holds no needle at all. Every real log in the corpus
+    reads the same with the needles emptied, which turns both shortcuts off."""
     import dataclasses
 
     import preflight.parse.kernel_log as kl
@@ -304,6 +306,7 @@ def test_the_needle_shortcut_changes_no_reading_of_any_real_log():
     saved = kl.SIGNATURES
     try:
         kl.SIGNATURES = tuple(dataclasses.replace(s, needle="") for s in saved)
+        assert kl._candidate_lines(["a", "b"]) is None  # every line read
         without = [_read_or_error(kl.parse_kernel_log, p) for p in logs]
     finally:
         kl.SIGNATURES = saved
@@ -357,3 +360,21 @@ def test_the_prefix_alternation_picks_the_prefix_the_ordered_tries_pick():
                 after = after or bool(want.groupdict().get("ts"))
                 text = text[want.end():]
     assert steps > 2000
+
+
+def test_the_lines_found_by_searching_the_whole_log_are_the_lines_holding_a_needle():
+    """_candidate_lines searches the joined log once per needle; on every real log (and on lines
+    split by \\r, form feeds and a needle at the very end) it finds exactly the lines that a
+    line-by-line test finds."""
+    import preflight.parse.kernel_log as kl
+
+    needles = {s.needle for s in kl.SIGNATURES} | set(kl._SPECIAL_NEEDLES)
+    texts = [p.read_text(errors="replace") for p in sorted((CORPUS / "kernel-log").glob("*.txt"))]
+    texts.append("NVRM: Xid (PCI:0000:1b:00): 79\r\nplain\x0cmlx5_core \n\nend with NVRM: Xid (")
+    hits = 0
+    for text in texts:
+        lines = text.splitlines()
+        want = {n for n, line in enumerate(lines, start=1) if any(needle in line for needle in needles)}
+        assert kl._candidate_lines(lines) == want
+        hits += len(want)
+    assert hits > 100
