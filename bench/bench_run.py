@@ -14,7 +14,12 @@ ways and prints wall-clock seconds (best of --repeat) and ratios:
 - ssh loop: `for h in hosts; do ssh h "<same command>"; done`, sequentially, the glue
   script preflight replaces;
 - fabric group: a bare fabric `ThreadingGroup` over the same ssh config running the same
-  `;`-joined command (the transport preflight is built on, with nothing saved or judged).
+  `;`-joined command (the transport preflight is built on, with nothing saved or judged);
+- bare runner: a fabric `Connection` per host on a thread of its own, running preflight's node
+  runner exactly as a run starts it (`python3 -I -S -c BOOT`, the same payload on stdin) on a raw
+  channel, reading its output and nothing more: the node-side work of a run with none of the
+  controller's (records, bundle, judgement, reports), so that preflight / bare runner is what
+  the controller itself adds.
 Needs root (namespaces). Numbers depend on the machine: record them with its size and date.
 """
 
@@ -38,6 +43,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from derived import CORPUS, h200_node_text, h200_node_xml  # noqa: E402
 from simcluster import Reply, SimCluster, SimHost  # noqa: E402
 
+from preflight.collect.fanout import ExecPlan  # noqa: E402
+from preflight.collect.node_runner import node_payload  # noqa: E402
 from preflight.collect.probes import PROBES  # noqa: E402
 from preflight.collect.ssh import remote_command  # noqa: E402
 
@@ -57,7 +64,8 @@ REPLIES = {
 
 
 def static_probes():
-    return [p for p in PROBES.values() if not getattr(p, "active", False)]
+    # What `run --quick` runs: no active probe, so no second reading "after" them either.
+    return [p for p in PROBES.values() if not p.active and not p.after_active]
 
 
 # `python3 -c _FABRIC_GROUP SSH_CONFIG COMMAND HOST...`: the bare transport, one command per host.
@@ -67,6 +75,32 @@ from fabric import Config, ThreadingGroup
 config = Config(runtime_ssh_path=sys.argv[1])
 config.load_ssh_config()
 ThreadingGroup(*sys.argv[3:], config=config).run(sys.argv[2], hide=True, warn=True)
+"""
+
+
+# `python3 -c _BARE_RUNNER SSH_CONFIG PAYLOAD_FILE HOST...`: the node runner's own cost.
+_BARE_RUNNER = """\
+import shlex, sys, threading
+from fabric import Config, Connection
+from preflight.collect.node_runner import runner_argv
+config = Config(runtime_ssh_path=sys.argv[1])
+config.load_ssh_config()
+payload = open(sys.argv[2], "rb").read()
+def one(host):
+    conn = Connection(host, config=config)
+    conn.open()
+    chan = conn.client.get_transport().open_session()
+    chan.exec_command(shlex.join(runner_argv()))
+    chan.sendall(payload)
+    chan.shutdown_write()
+    while chan.recv(1 << 16):
+        pass
+    chan.recv_exit_status()
+threads = [threading.Thread(target=one, args=(h,)) for h in sys.argv[3:]]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
 """
 
 
@@ -99,6 +133,8 @@ def fleet(n: int, work: Path):
 def bench(n: int, repeat: int, work: Path, only: set[str]) -> dict[str, tuple[float, float]]:
     with fleet(n, work) as (names, ssh_config, hosts_file):
         compound = "; ".join(remote_command(p.argv, 30) for p in static_probes())
+        payload = work / f"payload-{n}"
+        payload.write_bytes(node_payload(ExecPlan(probes=tuple(static_probes()))))
         ssh = ["ssh", "-F", str(ssh_config), "-o", "BatchMode=yes"]
         runs = {
             "preflight": lambda i: timed([sys.executable, "-m", "preflight", "run", "--hosts", str(hosts_file),
@@ -114,6 +150,8 @@ def bench(n: int, repeat: int, work: Path, only: set[str]) -> dict[str, tuple[fl
                                         shell=True),
             "fabric group": lambda i: timed([sys.executable, "-c", _FABRIC_GROUP, str(ssh_config),
                                              compound, *names]),
+            "bare runner": lambda i: timed([sys.executable, "-c", _BARE_RUNNER, str(ssh_config), str(payload),
+                                            *names]),
         }
         runs = {name: fn for name, fn in runs.items() if not only or name in only}
         # Interleaved, so that a slow minute of the machine hits every contender alike; the
@@ -135,8 +173,9 @@ def row(n: int, r: dict[str, tuple[float, float]]) -> str:
     def ratio(a: str, b: str) -> str:
         return f"{r[a][0] / r[b][0]:.2f}" if a in r and b in r else "-"
     return (f"{n:>5} {cell('preflight'):>16} {cell('preflight node-runner'):>16} {cell('clush'):>16} "
-            f"{cell('ssh loop', False):>9} {cell('fabric group'):>16} {ratio('preflight', 'clush'):>9} "
-            f"{ratio('preflight', 'fabric group'):>10} {ratio('preflight node-runner', 'fabric group'):>10}")
+            f"{cell('ssh loop', False):>9} {cell('fabric group'):>16} {cell('bare runner'):>16} "
+            f"{ratio('preflight', 'clush'):>9} {ratio('preflight', 'fabric group'):>10} "
+            f"{ratio('preflight node-runner', 'fabric group'):>10} {ratio('preflight node-runner', 'bare runner'):>10}")
 
 
 def main() -> None:
@@ -144,7 +183,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="8,32,64")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", default="",
-                    help="comma-separated contenders: preflight, preflight node-runner, clush, ssh loop, fabric group")
+                    help="comma-separated contenders: preflight, preflight node-runner, clush, ssh loop, fabric group, "
+                         "bare runner")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_run.py needs root (it builds network namespaces)")
@@ -153,7 +193,7 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d')}; {len(static_probes())} static probes per host; "
           f"median of {args.repeat}, interleaved; wall s (controller CPU ms per host)")
     print(f"{'hosts':>5} {'preflight':>16} {'node-runner':>16} {'clush':>16} {'ssh loop':>9} {'fabric group':>16} "
-          f"{'pf/clush':>9} {'pf/fabric':>10} {'nr/fabric':>10}")
+          f"{'bare runner':>16} {'pf/clush':>9} {'pf/fabric':>10} {'nr/fabric':>10} {'nr/bare':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             r = bench(n, args.repeat, Path(tmp), {s for s in args.only.split(",") if s})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import secrets
 from collections.abc import Callable, Mapping
@@ -136,9 +137,10 @@ def _inside(path: Path, base: Path) -> Path:
     return path
 
 
-def _read_json(path: Path, base: Path) -> dict:
+def _read_json(path: Path, base: Path | None) -> dict:
+    """``base``: the bundle, to refuse a link out of it; None for a file already known inside."""
     try:
-        doc = json.loads(_inside(path, base).read_text(encoding="utf-8"))
+        doc = json.loads((_inside(path, base) if base is not None else path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BundleError(f"{path}: invalid JSON ({exc})") from None
     except OSError as exc:
@@ -165,7 +167,7 @@ _META_FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
 }
 
 
-def _read_meta(path: Path, base: Path) -> dict:
+def _read_meta(path: Path, base: Path | None) -> dict:
     meta = _read_json(path, base)
     for key, (kind, ok) in _META_FIELDS.items():
         if meta.get(key) is not None and not ok(meta[key]):
@@ -176,11 +178,25 @@ def _read_meta(path: Path, base: Path) -> dict:
 def _read_host(host: str, host_dir: Path, base: Path) -> dict[str, ProbeResult]:
     probes: dict[str, ProbeResult] = {}
     _inside(host_dir, base)
-    ids = {p.stem for p in host_dir.iterdir() if p.suffix in (".txt", ".json") and not p.name.startswith(".")}
+    # One directory scan instead of a stat per file, and a file resolved only when it is a link:
+    # a plain file in a directory inside the bundle is inside it (resolving each of a large
+    # fleet's files was most of the time `analyze` took to read it).
+    ids: set[str] = set()
+    files: set[str] = set()
+    with os.scandir(host_dir) as entries:
+        for entry in entries:
+            stem, dot, suffix = entry.name.rpartition(".")
+            if not dot or not stem or f".{suffix}" not in (".txt", ".json") or entry.name.startswith("."):
+                continue
+            ids.add(stem)
+            if entry.is_file():  # follows a link; a dangling one, or a directory, is no file
+                if entry.is_symlink():
+                    _inside(Path(entry.path), base)
+                files.add(entry.name)
     for probe in sorted(ids):
         txt, meta_path = host_dir / f"{probe}.txt", host_dir / f"{probe}.json"
-        meta = _read_meta(meta_path, base) if meta_path.is_file() else {}
-        stdout = _inside(txt, base).read_bytes() if txt.is_file() else None
+        meta = _read_meta(meta_path, None) if meta_path.name in files else {}
+        stdout = txt.read_bytes() if txt.name in files else None
         probes[probe] = _result_from(host, probe, stdout, meta)
     return probes
 
