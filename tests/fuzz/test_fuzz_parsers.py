@@ -20,6 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from preflight.parse import ParseError, ibverbs, kernel_log, lspci, mlnx, nvidia_smi, nvlink, topo
+from preflight.parse.dcgm import DcgmDiag, parse_dcgmi_diag
+from preflight.parse.dcgm_health import DcgmHealth, parse_dcgmi_health
+from preflight.parse.ib_counters import CounterSnapshot, parse_ib_counters
 from preflight.parse.nccl_probe import NcclProbeOutput, parse_probe_output
 from preflight.parse.nccl_tests import NcclOutput, parse_nccl_json, parse_nccl_tests
 from preflight.parse.smi_text import TextNode, read_sections
@@ -132,6 +135,10 @@ PARSERS = {
     "nccl_probe": (parse_probe_output, NcclProbeOutput,
                    ["tests/fixtures/h200-device/probe-*.txt", "examples/h200-fleet/hosts/gpu00[12]/nccl-all-reduce.txt"]),
     "version": (parse_version, (Version, type(None)), ["examples/h200-fleet/hosts/gpu001/ofed-info.txt"]),
+    "dcgm_diag": (parse_dcgmi_diag, DcgmDiag, ["tests/fixtures/corpus/dcgm/*diag*"]),
+    # The real health reports only (the Failure/Warning one in recorded/ is constructed).
+    "dcgm_health": (parse_dcgmi_health, DcgmHealth, ["tests/fixtures/recorded/dcgmi-health-*dcgm-263.txt"]),
+    "ib_counters": (parse_ib_counters, CounterSnapshot, ["tests/fixtures/corpus/ibcounters/*.txt"]),
 }
 
 
