@@ -286,7 +286,7 @@ def cmd_run(args, console: Console) -> int:
         tracker = RunProgress(names, len(req.plan.probes))
         with Live(console=console, transient=True, refresh_per_second=2,
                   get_renderable=lambda: render_progress(tracker.snapshot(), len(req.plan.probes))):
-            run_dir, analysis = execute(req, tracker.record)
+            run_dir, analysis = execute(req, tracker.record, lambda j: tracker.judged(j.host, j.status))
     if not args.quiet:
         terminal.show(analysis, console, str(run_dir))
     _report_extras(args, run_dir, analysis, baseline, console)

@@ -1,8 +1,11 @@
 """The live view of a long ``preflight run``: hosts done, failed, partly heard from and not
-heard from yet, and the hosts furthest behind (a node whose tool hangs shows there with its
-count). ``RunProgress`` is fed each result as it arrives (thread-safe, O(1) per result);
-``render`` draws a snapshot, so what the view shows is testable without a terminal. The
-command line shows it on a terminal unless ``-q``."""
+heard from yet, the hosts furthest behind (a node whose tool hangs shows there with its
+count), and the hosts whose own checks already fail: a run judges each host as soon as its
+records are in, so an operator sees a bad node while the rest of the fleet is still probed
+(fleet checks, which compare hosts, come only at the end). ``RunProgress`` is fed each result
+and each host's early verdict as they arrive (thread-safe, O(1) each); ``render`` draws a
+snapshot, so what the view shows is testable without a terminal. The command line shows it on
+a terminal unless ``-q``."""
 
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ class Snapshot:
     waiting: int  # hosts not heard from yet
     elapsed_s: float
     behind: tuple[tuple[str, int], ...]  # (host, probes done) of unfinished hosts, fewest done first
+    judged: int = 0  # hosts whose own checks have been run
+    failing: tuple[str, ...] = ()  # of those, the hosts with a FAIL or ERROR, in inventory order
 
 
 class RunProgress:
@@ -43,6 +48,7 @@ class RunProgress:
         self._per_host = probes_per_host
         self._hosts = {h: _Host() for h in hosts}
         self._done = self._failed = self._started = 0
+        self._verdicts: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def record(self, result: ProbeResult) -> None:
@@ -58,21 +64,34 @@ class RunProgress:
                 self._done += 1
                 self._failed += host.failed > 0
 
+    def judged(self, host: str, verdict: str) -> None:
+        """``host``'s verdict from its own checks ("pass", "warn", "fail", "error"); a later one
+        (the host judged again on more records) replaces it."""
+        with self._lock:
+            self._verdicts[host] = verdict
+
     def snapshot(self) -> Snapshot:
         with self._lock:
             unfinished = [(name, h.done) for name, h in self._hosts.items() if not h.finished]
             unfinished.sort(key=lambda item: item[1])  # stable: inventory order among equals
+            failing = tuple(h for h in self._hosts if self._verdicts.get(h) in ("fail", "error"))
             return Snapshot(len(self._hosts), self._done, self._failed, self._started - self._done,
                             len(self._hosts) - self._started, self._clock() - self._t0,
-                            tuple(unfinished[:SLOWEST_SHOWN]))
+                            tuple(unfinished[:SLOWEST_SHOWN]), len(self._verdicts), failing)
 
 
 def render(s: Snapshot, probes_per_host: int) -> Table:
     table = Table(title=f"preflight run: {s.done} of {s.total} hosts done, {s.elapsed_s:.0f} s", show_edge=False)
-    for column in ("done", "failed", "partly heard", "not heard yet"):
+    for column in ("done", "failed", "partly heard", "not heard yet", "judged", "failing"):
         table.add_column(column, justify="right")
-    table.add_row(str(s.done), f"[red]{s.failed}[/]" if s.failed else "0", str(s.running), str(s.waiting))
+    table.add_row(str(s.done), f"[red]{s.failed}[/]" if s.failed else "0", str(s.running), str(s.waiting),
+                  str(s.judged), f"[red]{len(s.failing)}[/]" if s.failing else "0")
+    lines = []
+    if s.failing:
+        more = f" and {len(s.failing) - SLOWEST_SHOWN} more" if len(s.failing) > SLOWEST_SHOWN else ""
+        lines.append(f"failing their own checks: {', '.join(s.failing[:SLOWEST_SHOWN])}{more}")
     if s.behind:
-        behind = ", ".join(f"{host} ({done}/{probes_per_host})" for host, done in s.behind)
-        table.caption = f"furthest behind: {behind}"
+        lines.append("furthest behind: " + ", ".join(f"{host} ({done}/{probes_per_host})" for host, done in s.behind))
+    if lines:
+        table.caption = "\n".join(lines)
     return table

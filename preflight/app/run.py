@@ -26,6 +26,7 @@ from preflight.collect.slurm_job import SlurmOptions
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import KnowledgeBase
 from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability
+from preflight.judge.analyze import HostJudgement
 from preflight.judge.incremental import IncrementalJudge
 from preflight.judge.loader import CheckLoadError
 from preflight.knowledge.profiles import Profile
@@ -63,9 +64,11 @@ class RunRequest:
     slurm: SlurmOptions | None = None  # --slurm: the hosts are Slurm nodes, probed by srun tasks
 
 
-def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = None) -> tuple[Path, Analysis]:
+def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = None,
+            judged: Callable[[HostJudgement], None] | None = None) -> tuple[Path, Analysis]:
     """Run, save, analyse, write the reports; return the run directory and the analysis.
-    ``progress`` sees every result once it is saved (the live view's ``RunProgress.record``)."""
+    ``progress`` sees every result once it is saved (the live view's ``RunProgress.record``),
+    ``judged`` every host's judgement from its own checks as soon as it is made."""
     run_dir = req.out_dir / req.run_id
     bundle_dir = run_dir / "bundle"
     local = not req.hosts
@@ -87,7 +90,7 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
 
     # Each host is judged as soon as its last record is saved, while the others are still being
     # probed; only the fleet checks, the diagnosis and the reports wait for the whole fleet.
-    early = IncrementalJudge(req.checks, req.profiles, meta["probes"], req.forced_profile)
+    early = IncrementalJudge(req.checks, req.profiles, meta["probes"], req.forced_profile, judged)
 
     def on_result(result: ProbeResult) -> None:
         writer.add(result)

@@ -34,6 +34,16 @@ class HostJudgement:
     profile: Profile
     context: HostContext | None
 
+    @property
+    def status(self) -> str:
+        """The host's verdict from its own checks alone (a fleet check may still add to it)."""
+        return verdict_word(worst(f.status for f in self.findings))
+
+
+def verdict_word(status: Status) -> str:
+    """A host's verdict as reports write it: PASS and SKIP alike are "pass"."""
+    return "pass" if status in (Status.PASS, Status.SKIP) else status.value
+
 
 def judge_host(host: str, records: Mapping[str, ProbeResult], checks: list[Check], profiles: dict[str, Profile],
                planned: Sequence[str] = (), forced_profile: str | None = None) -> HostJudgement:
@@ -88,8 +98,7 @@ def judge(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], for
     hosts = {}
     for j in per_host:
         status = worst(statuses.get(j.host, ()))
-        hosts[j.host] = HostVerdict("pass" if status in (Status.PASS, Status.SKIP) else status.value,
-                                    j.context is not None, j.profile.id, j.profile.why)
+        hosts[j.host] = HostVerdict(verdict_word(status), j.context is not None, j.profile.id, j.profile.why)
     return hosts, findings
 
 

@@ -14,7 +14,7 @@ the multinode stage say, and the host is judged again).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from preflight.evidence.bundle import Bundle
@@ -27,8 +27,11 @@ class IncrementalJudge:
     """``offer`` a host's records as each result is saved; ``judged(bundle)`` at the end."""
 
     def __init__(self, checks: list[Check], profiles: dict[str, Profile], planned: Sequence[str],
-                 forced_profile: str | None = None):
+                 forced_profile: str | None = None, on_judged: Callable[[HostJudgement], None] | None = None):
+        """``on_judged`` sees each judgement once it is made (the live view's early verdicts), on
+        the judging thread."""
         self._args = (checks, profiles, tuple(planned), forced_profile)
+        self._on_judged = on_judged
         self._planned = frozenset(planned)
         # One thread: judging is CPU work under the GIL, so more would only contend, and one
         # keeps checks (and any module state they keep) single-threaded as in `analyze`.
@@ -44,7 +47,14 @@ class IncrementalJudge:
         if earlier and _same(earlier[0], records):
             return
         snapshot = dict(records)  # the writer keeps adding; the judge reads only this copy
-        self._pending[host] = (snapshot, self._pool.submit(judge_host, host, snapshot, *self._args))
+        future = self._pool.submit(judge_host, host, snapshot, *self._args)
+        if self._on_judged is not None:
+            future.add_done_callback(self._report)
+        self._pending[host] = (snapshot, future)
+
+    def _report(self, future: Future[HostJudgement]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self._on_judged(future.result())
 
     def judged(self, bundle: Bundle) -> dict[str, HostJudgement]:
         """Every host whose judgement finished on exactly the records ``bundle`` holds for it;

@@ -43,4 +43,23 @@ def test_the_view_shows_counts_and_the_slowest_hosts():
     assert "preflight run: 5 of 8 hosts done" in text
     assert "furthest behind: gpu08 (0/15), gpu06 (6/15), gpu07 (7/15)" in " ".join(text.split())
     row = next(line for line in text.splitlines() if line.strip().startswith("5"))
-    assert [c for c in row.split() if c != "│"] == ["5", "1", "2", "1"]  # done, failed, in progress, waiting
+    # done, failed, in progress, waiting; judged, failing (no host judged yet)
+    assert [c for c in row.split() if c != "│"] == ["5", "1", "2", "1", "0", "0"]
+
+
+def test_hosts_failing_their_own_checks_show_before_the_run_ends():
+    """A run judges each host as its records complete (judge/incremental.py); the view counts
+    them and names the failing ones, in inventory order, a later verdict replacing an earlier."""
+    hosts = [f"gpu{i:02d}" for i in range(1, 10)]
+    p = RunProgress(hosts, probes_per_host=1, clock=lambda: 0.0)
+    for host, verdict in [("gpu03", "fail"), ("gpu01", "pass"), ("gpu09", "error"), ("gpu02", "warn"),
+                          ("gpu05", "fail"), ("gpu04", "fail"), ("gpu06", "fail"), ("gpu07", "fail")]:
+        p.judged(host, verdict)
+    p.judged("gpu07", "pass")  # judged again on more records
+    s = p.snapshot()
+    assert s.judged == 8 and s.failing == ("gpu03", "gpu04", "gpu05", "gpu06", "gpu09")
+    p.judged("gpu08", "fail")
+    console = Console(record=True, width=120)
+    console.print(render(p.snapshot(), 1))
+    text = " ".join(console.export_text().split())
+    assert "failing their own checks: gpu03, gpu04, gpu05, gpu06, gpu08 and 1 more" in text

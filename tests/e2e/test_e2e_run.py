@@ -223,3 +223,36 @@ def test_hosts_are_judged_while_the_fleet_is_probed_and_the_verdicts_are_analyze
     later = json.loads((again / "report.json").read_text())
     assert {k: later[k] for k in ("hosts", "findings", "diagnoses")} == \
         {k: report[k] for k in ("hosts", "findings", "diagnoses")}
+
+
+def test_the_live_view_names_hosts_failing_their_own_checks_before_the_fleet_checks(sim_cluster, tmp_path,
+                                                                                      monkeypatch):
+    """On a terminal the live view gets each host's early verdict: gpu02 (a GPU missing) and gpu03
+    (down) fail their own checks; gpu04's driver drift is a fleet finding, known only at the end."""
+    import io
+
+    from rich.console import Console
+
+    import preflight.app.cli as cli
+
+    views = []
+
+    class Watched(cli.RunProgress):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            views.append(self)
+
+    monkeypatch.setattr(cli, "RunProgress", Watched)
+    monkeypatch.setattr(cli, "Console", lambda **k: Console(force_terminal=True, file=io.StringIO(), **k))
+    cluster = sim_cluster([gpu_node("gpu01"), gpu_node("gpu02", gpus=7), SimHost("gpu03", down=True),
+                           gpu_node("gpu04", driver="570.86.15")])
+    out = tmp_path / "reports"
+    code = main(["run", "--hosts", str(cluster.hosts_file), "--ssh-config", str(cluster.ssh_config),
+                 "--known-hosts", str(cluster.known_hosts), "--identity", str(cluster.identity),
+                 "--out", str(out), "--run-id", "live", "--checks", SMI_CHECKS])
+    assert code == 1
+    [view] = views
+    seen = view.snapshot()
+    assert seen.done == 4 and seen.judged == 4 and seen.failing == ("gpu02", "gpu03")
+    report = json.loads((out / "live" / "report.json").read_text())
+    assert report["hosts"]["gpu04"]["status"] == "fail"  # the fleet check, after the live view

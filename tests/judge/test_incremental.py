@@ -92,3 +92,13 @@ def test_a_judgement_that_raised_is_left_to_the_final_pass(setting):
     early = IncrementalJudge(checks, {}, bundle.header["probes"])  # no generic profile: judge_host raises
     early.offer(host, bundle.probes_of(host))
     assert early.judged(bundle) == {}
+
+
+def test_each_judgement_is_handed_on_once_it_is_made(setting):
+    bundle, checks, profiles = setting
+    seen = []
+    early = IncrementalJudge(checks, profiles, bundle.header["probes"], on_judged=lambda j: seen.append((j.host, j.status)))
+    _offer_as_a_run_would(early, bundle, cut_short="gpu003")
+    judged = early.judged(bundle)
+    assert sorted(seen) == sorted((h, j.status) for h, j in judged.items())
+    assert "gpu003" not in dict(seen) and {status for _, status in seen} >= {"pass", "fail"}
