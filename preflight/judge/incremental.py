@@ -14,6 +14,7 @@ the multinode stage say, and the host is judged again).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -37,20 +38,24 @@ class IncrementalJudge:
         # keeps checks (and any module state they keep) single-threaded as in `analyze`.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="preflight-judge")
         self._pending: dict[str, tuple[dict[str, ProbeResult], Future[HostJudgement]]] = {}
+        # Results reach `offer` from the fan-out's threads, two of one host at once when its
+        # probes run on separate channels (--no-node-runner): one of them starts the judgement.
+        self._lock = threading.Lock()
 
     def offer(self, host: str, records: Mapping[str, ProbeResult]) -> None:
         """Start judging ``host`` if ``records`` (all of its records so far) hold every planned
         probe; a call before that, or for a host already judged on the same records, does nothing."""
         if not self._planned or not self._planned <= records.keys():
             return
-        earlier = self._pending.get(host)
-        if earlier and _same(earlier[0], records):
-            return
-        snapshot = dict(records)  # the writer keeps adding; the judge reads only this copy
-        future = self._pool.submit(judge_host, host, snapshot, *self._args)
+        with self._lock:
+            earlier = self._pending.get(host)
+            if earlier and _same(earlier[0], records):
+                return
+            snapshot = dict(records)  # the writer keeps adding; the judge reads only this copy
+            future = self._pool.submit(judge_host, host, snapshot, *self._args)
+            self._pending[host] = (snapshot, future)
         if self._on_judged is not None:
             future.add_done_callback(self._report)
-        self._pending[host] = (snapshot, future)
 
     def _report(self, future: Future[HostJudgement]) -> None:
         if not future.cancelled() and future.exception() is None:

@@ -102,3 +102,31 @@ def test_each_judgement_is_handed_on_once_it_is_made(setting):
     judged = early.judged(bundle)
     assert sorted(seen) == sorted((h, j.status) for h, j in judged.items())
     assert "gpu003" not in dict(seen) and {status for _, status in seen} >= {"pass", "fail"}
+
+
+def test_the_last_two_records_of_a_host_arriving_at_once_start_one_judgement(setting, monkeypatch):
+    """With a channel per probe, two threads can save a host's last records together; each then
+    offers the complete set, and the host is judged once."""
+    import threading
+
+    import preflight.judge.incremental as incremental
+
+    bundle, checks, profiles = setting
+    host = bundle.hosts[0]
+    calls = []
+    real = incremental.judge_host
+    monkeypatch.setattr(incremental, "judge_host", lambda h, *a: calls.append(h) or real(h, *a))
+    early = IncrementalJudge(checks, profiles, bundle.header["probes"])
+    records = bundle.probes_of(host)
+    go = threading.Barrier(8)
+
+    def offer():
+        go.wait()
+        early.offer(host, dict(records))
+
+    threads = [threading.Thread(target=offer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(early.judged(bundle)) == {host} and calls == [host]
