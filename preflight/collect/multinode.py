@@ -363,6 +363,13 @@ def gpus_of(results: Mapping[str, ProbeResult]) -> int | None:
     return None
 
 
+def record_not_run(probes: Iterable[str], on_result: Callable[[ProbeResult], None], fleet_host: str,
+                   why: str) -> None:
+    """Each of ``probes`` recorded as not run, saying why, so the finding can say it too."""
+    for probe in probes:
+        on_result(ProbeResult(probe, fleet_host, (), None, "", None, now_iso(), 0.0, False, why))
+
+
 def stage_members(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, ProbeResult]],
                   on_result: Callable[[ProbeResult], None],
                   fleet_host: str) -> tuple[list[Host], int, set[str]] | str:
@@ -373,7 +380,7 @@ def stage_members(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, Pro
     if len(members) < 2:
         why = f"{len(members)} reachable host(s) with a known GPU count: a multi-node run needs two"
         # Recorded, so the nccl-multinode finding says why the run asked for did not happen.
-        on_result(ProbeResult(PROBE_FULL, fleet_host, (), None, "", None, now_iso(), 0.0, False, why))
+        record_not_run([PROBE_FULL], on_result, fleet_host, why)
         return why
     # NCCL_TESTS_SPLIT's DIV/MOD need the same ranks on every node: the smallest count is used.
     gpus = min(counts[h.name] for h in members)
@@ -395,9 +402,7 @@ def run_multinode(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, Pro
     launcher = SshNode(members[0], ssh)
     why = launcher.connect()
     if why:
-        for probe in VARIANTS:
-            on_result(ProbeResult(probe, fleet_host, (), None, "", None, now_iso(), 0.0, False,
-                                  f"launcher {members[0].name}: {why}"))
+        record_not_run(VARIANTS, on_result, fleet_host, f"launcher {members[0].name}: {why}")
         return None
     try:
         run_stage(names, gpus, failed, launcher, options, run_id, on_result, fleet_host)

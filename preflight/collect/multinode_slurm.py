@@ -37,11 +37,11 @@ from preflight.collect.multinode import (
     MultinodeOptions,
     MultinodeRun,
     read_run,
+    record_not_run,
     run_pass,
     stage_members,
 )
 from preflight.collect.nccl import KILL_AFTER_S
-from preflight.collect.node import now_iso
 from preflight.collect.slurm_job import SlurmOptions, SlurmUsageError, allocate, release, slurm
 from preflight.contracts import SLURM_ERROR
 from preflight.model import Host, ProbeResult
@@ -124,9 +124,7 @@ def run_multinode_slurm(hosts: Sequence[Host], evidence: Mapping[str, Mapping[st
     else:
         why = alloc.why_not if alloc.job is None else None
     if why:
-        for probe in VARIANTS:
-            on_result(ProbeResult(probe, fleet_host, (), None, "", None, now_iso(), 0.0, False,
-                                  f"{SLURM_ERROR}{why}"))
+        record_not_run(VARIANTS, on_result, fleet_host, f"{SLURM_ERROR}{why}")
         return None
     try:
         run_pass(names, gpus, failed, one_step(alloc.job, gpus, options, on_result, fleet_host))
