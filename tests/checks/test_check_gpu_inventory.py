@@ -6,8 +6,8 @@ a B300 host's lspci (provenance: tests/fixtures/corpus/MANIFEST.tsv).
 """
 
 import json
-from pathlib import Path
 
+from captures import B300_LSPCI, B300_NVLINK, B300_TOPO, CORPUS, H100_P5_NVLINK
 from ctx import make_host, result, run_check
 from test_cli import read_report, write_bundle
 
@@ -15,11 +15,6 @@ from preflight.app.cli import main
 from preflight.knowledge.profiles import Profile
 from preflight.model import Status
 
-CORPUS = Path(__file__).parents[1] / "fixtures" / "corpus"
-B300_NVLINK = (CORPUS / "nvlink" / "b300-sxm6-ac-xe9780-7-of-8-gpus-drv610-nvlink-s.txt").read_text()
-B300_TOPO = (CORPUS / "topo" / "b300-xe9780-7-of-8-gpus-nv18-drv610-spaces.txt").read_text()
-B300_LSPCI = (CORPUS / "lspci" / "b300-2gpu-lspci-grep-nvidia-device-3182.txt").read_text()
-H100_NVLINK = (CORPUS / "nvlink" / "h100-80gb-hbm3-8gpu-p5-drv550-nvlink-s.txt").read_text()
 H100_TOPO = (CORPUS / "topo" / "h100-80gb-hbm3-8gpu-rhelai-nv18-tabs.txt").read_text()
 
 
@@ -39,7 +34,7 @@ def test_seven_rows_of_topo_alone_are_gpu_missing():
 
 
 def test_eight_healthy_gpus_without_q_pass():
-    [f] = run_check("gpu-inventory", make_host({"nvidia-smi-nvlink-status": H100_NVLINK}, "hgx-h100"))
+    [f] = run_check("gpu-inventory", make_host({"nvidia-smi-nvlink-status": H100_P5_NVLINK}, "hgx-h100"))
     assert f.status is Status.PASS and f.summary.startswith("8 x NVIDIA H100 80GB HBM3 (counted by nvidia-smi nvlink")
     [f] = run_check("gpu-inventory", make_host({"nvidia-smi-topo": H100_TOPO}, "hgx-h100"))
     assert f.status is Status.PASS and f.summary.startswith("8 GPUs (counted by nvidia-smi topo -m")
@@ -65,7 +60,7 @@ def test_lspci_is_not_used_when_nvidia_smi_ran_and_failed():
 def test_analyze_detects_the_platform_from_nvlink_names_and_fails_the_short_node(tmp_path):
     bundle = write_bundle(tmp_path / "b", {
         "xe9780": {"nvidia-smi-nvlink-status": B300_NVLINK, "nvidia-smi-topo": B300_TOPO},
-        "p5": {"nvidia-smi-nvlink-status": H100_NVLINK},
+        "p5": {"nvidia-smi-nvlink-status": H100_P5_NVLINK},
     })
     assert main(["analyze", str(bundle), "--out", str(tmp_path / "out"), "-q", "--no-html"]) == 1
     report = read_report(tmp_path / "out")

@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from derived import h200_node_xml
 from simcluster import Reply, SimHost
-from test_e2e_run import SMI_CHECKS, gpu_node
+from test_e2e_run import SMI_CHECKS, gpu_node, start_run
 
 from preflight.app.cli import main
 from preflight.collect.batch import run_node_batched
@@ -72,12 +70,7 @@ def test_results_stream_back_as_the_node_finishes_them(sim_cluster, tmp_path):
     cluster = sim_cluster([SimHost("gpu01", commands={"nvidia-smi -q -x": Reply(h200_node_xml(8)),
                                                       "nvidia-smi -q": Reply("", sleep_s=120)})])
     out = tmp_path / "reports"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "preflight", "run", "--hosts", str(cluster.hosts_file),
-         "--ssh-config", str(cluster.ssh_config), "--known-hosts", str(cluster.known_hosts),
-         "--identity", str(cluster.identity), "--out", str(out), "--run-id", "s", "-q",
-         "--checks", SMI_CHECKS, "--timeout", "100"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_run(cluster, out, "s", "--timeout", "100")
     host = out / "s" / "bundle" / "hosts" / "gpu01"
     t0 = time.monotonic()
     while time.monotonic() - t0 < 60 and not (host / "nvidia-smi-q-x.json").exists():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,6 +39,16 @@ def run(cluster, tmp_path: Path, *extra: str) -> tuple[int, dict, Path]:
                  "--known-hosts", str(cluster.known_hosts), "--identity", str(cluster.identity),
                  "--out", str(out), "--run-id", "r", "-q", "--checks", SMI_CHECKS, *extra])
     return code, json.loads((out / "r" / "report.json").read_text()), out / "r"
+
+
+def start_run(cluster, out: Path, run_id: str, *extra: str) -> subprocess.Popen:
+    """`preflight run` over ``cluster`` in a process of its own, for a test that kills it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "preflight", "run", "--hosts", str(cluster.hosts_file),
+         "--ssh-config", str(cluster.ssh_config), "--known-hosts", str(cluster.known_hosts),
+         "--identity", str(cluster.identity), "--out", str(out), "--run-id", run_id, "-q",
+         "--checks", SMI_CHECKS, *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def test_healthy_fleet_passes(sim_cluster, tmp_path):
@@ -160,17 +171,10 @@ def test_controller_killed_mid_run_leaves_a_bundle_analyze_reads(sim_cluster, tm
     and `preflight analyze` judges it (the hung host is reported as never reached)."""
     import os
     import signal
-    import subprocess
-    import sys
 
     cluster = sim_cluster([gpu_node("gpu01"), gpu_node("gpu02"), gpu_node("gpu03", hang_s=120)])
     out = tmp_path / "reports"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "preflight", "run", "--hosts", str(cluster.hosts_file),
-         "--ssh-config", str(cluster.ssh_config), "--known-hosts", str(cluster.known_hosts),
-         "--identity", str(cluster.identity), "--out", str(out), "--run-id", "killed", "-q",
-         "--checks", SMI_CHECKS, "--timeout", "100"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start_run(cluster, out, "killed", "--timeout", "100")
     bundle = out / "killed" / "bundle"
     deadline = time.monotonic() + 60
     # Wait until the two healthy hosts have both probes on disk, then kill the controller.

@@ -1,7 +1,7 @@
 """The GPU census: count and model from whichever evidence holds them (real captures only)."""
 
-from pathlib import Path
 
+from captures import B300_LSPCI, B300_NVLINK, B300_TOPO, CORPUS
 from ctx import make_host
 from derived import h200_node_xml
 
@@ -11,11 +11,6 @@ from preflight.parse.lspci import parse_lspci
 from preflight.parse.nvlink import parse_nvlink_status
 from preflight.parse.topo import parse_topo
 
-CORPUS = Path(__file__).parents[1] / "fixtures" / "corpus"
-B300_NVLINK = (CORPUS / "nvlink" / "b300-sxm6-ac-xe9780-7-of-8-gpus-drv610-nvlink-s.txt").read_text()
-B300_TOPO = (CORPUS / "topo" / "b300-xe9780-7-of-8-gpus-nv18-drv610-spaces.txt").read_text()
-B300_LSPCI = (CORPUS / "lspci" / "b300-2gpu-lspci-grep-nvidia-device-3182.txt").read_text()
-H100_NVLINK = (CORPUS / "nvlink" / "h100-80gb-hbm3-8gpu-p5-drv550-nvlink-s.txt").read_text()
 V100_EXCERPT = (CORPUS / "nvlink" / "v100-sxm2-gpu3-2-of-6-links-inactive-excerpt.txt").read_text()
 PROFILES = load_profiles()
 
