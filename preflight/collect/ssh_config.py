@@ -42,31 +42,28 @@ class Stanza:
 def stanzas(text: str) -> list[Stanza]:
     """The blocks of one ssh config file, in order; the leading part becomes ``Host *``, which
     is what paramiko makes of it, so that blocks from several files can be joined."""
+    # (the Host line's patterns, or None for the leading part and a Match block; the lines)
     blocks: list[tuple[str | None, list[str]]] = [(None, ["Host *"])]
     for line in text.splitlines():
         match = re.match(paramiko.SSHConfig.SETTINGS_REGEX, line.strip())
         keyword = match.group(1).lower() if match else None
         if keyword in ("host", "match"):
-            blocks.append((line.strip() if keyword == "host" else "", [line]))
+            blocks.append((match.group(2) if keyword == "host" else None, [line]))
         else:
             blocks[-1][1].append(line)
-    out = []
-    for host_line, lines in blocks:
-        out.append(Stanza("\n".join(lines) + "\n", _names(host_line)))
-    return out
+    return [Stanza("\n".join(lines) + "\n", _names(patterns)) for patterns, lines in blocks]
 
 
-def _names(host_line: str | None) -> frozenset[str] | None:
-    if not host_line:
-        return None  # the leading part, or a Match block
-    match = re.match(paramiko.SSHConfig.SETTINGS_REGEX, host_line)
+def _names(patterns: str | None) -> frozenset[str] | None:
+    if patterns is None:
+        return None
     try:
-        patterns = shlex.split(match.group(2)) if match else []
+        names = shlex.split(patterns)
     except ValueError:
         return None  # paramiko refuses the file anyway; no shortcut for it
-    if not patterns or any(_WILDCARD.search(p) for p in patterns):
+    if not names or any(_WILDCARD.search(n) for n in names):
         return None
-    return frozenset(patterns)
+    return frozenset(names)
 
 
 class IndexedSSHConfig(paramiko.SSHConfig):
