@@ -19,7 +19,8 @@ minutes of a long soak, the first and last quarter of a short one), never fewer 
 windows; the median shrugs off the warm-up window. ``decay`` is the fraction lost, ``1 - final
 / baseline`` (0.08 means 8% lower at the end; negative when it rose). A cliff is where the
 throughput, smoothed by a centred median of 3 windows, stays more than ``cliff_drop`` below the
-baseline for longer than ``min(cliff_min_s, span x cliff_min_fraction)``. A host's primary
+baseline for longer than ``min(cliff_min_s, span x cliff_min_fraction)``, with the median of
+its own windows below that line too. A host's primary
 metric is the first of ``PRIMARY_METRICS`` present, else the first by name.
 """
 
@@ -291,12 +292,17 @@ def throughput_trend(metric: str, times: np.ndarray, values: np.ndarray, th: Thr
         step = float(np.median(np.diff(t)))
         # A centred median of 3 windows: one noisy window neither makes nor breaks a cliff.
         smooth = pd.Series(v).rolling(3, center=True, min_periods=1).median().to_numpy()
-        low = smooth < (1.0 - th.cliff_drop) * baseline
+        line = (1.0 - th.cliff_drop) * baseline
+        low = smooth < line
         need = min(th.cliff_min_s, th.cliff_min_fraction * span)
         for i, j in _runs(low):
             duration = float(t[j - 1] - t[i]) + step
-            if duration > need and (cliff is None or duration > cliff.duration_s):
-                cliff = Cliff(float(t[i]) - step, float(t[j - 1]), duration, float(np.median(v[i:j])))
+            level = float(np.median(v[i:j]))
+            # The smoothed curve dips too where a run's own windows do not: at an end the median
+            # is of two windows, one of them a neighbour's dip (a real vLLM soak's 2054, 847, 1808
+            # tokens/s read as a cliff "0% below" 1808). The windows themselves must be low.
+            if duration > need and level < line and (cliff is None or duration > cliff.duration_s):
+                cliff = Cliff(float(t[i]) - step, float(t[j - 1]), duration, level)
     return MetricTrend(metric, gpu, len(v), baseline, final, decay, cliff, *spans)
 
 

@@ -17,6 +17,7 @@ from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.model import Status
 from preflight.soak.analysis import analyze, analyze_soak
 from preflight.soak.data import SLOWDOWN_COLUMN, SoakDataError, SoakMeta, read_soak, write_soak
+from preflight.soak.figures import Thresholds, throughput_trend
 
 
 def _by_check(result, host=None):
@@ -363,3 +364,17 @@ def test_steady_or_unrecorded_memory_is_not_a_finding():
     assert steady.status is Status.PASS and "steady on 8 GPU(s)" in steady.summary
     # The real capture has no memory column: nothing to judge.
     assert _by_check(analyze(S.soak_data(*S.real_frames())), "h200-vm")["soak-memory"].status is Status.SKIP
+
+
+def test_one_slow_window_at_an_end_is_no_cliff_however_the_smoothing_reads_it():
+    """A real 30 s vLLM-on-CPU soak of CI (tests/soak/test_soak_vllm_e2e.py, 2026-12-01) gave
+    three windows of 2053.707, 846.51 and 1807.632 output tokens/s. The centred median at the
+    last window is of two (846.51 and 1807.632), below the 20 % line, but the last window itself
+    is the baseline: no cliff. The same dip held for two windows is one."""
+    th = Thresholds()
+    t = np.array([1796159941.186, 1796159951.705, 1796159961.186])
+    trend = throughput_trend("output_tokens_per_s", t, np.array([2053.707, 846.51, 1807.632]), th)
+    assert trend.baseline == 1807.632 and trend.cliff is None
+    longer = throughput_trend("output_tokens_per_s", np.append(t, t[-1] + 10),
+                              np.array([2053.707, 1807.632, 846.51, 846.51]), th)
+    assert longer.cliff is not None and longer.cliff.level == 846.51
