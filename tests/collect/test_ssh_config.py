@@ -96,3 +96,47 @@ def test_stanzas_keep_the_files_text_and_name_only_literal_hosts():
 def test_a_file_paramiko_cannot_parse_is_refused_as_before():
     with pytest.raises(paramiko.ssh_exception.ConfigParseError):
         IndexedSSHConfig(["Host a\n  this-line-has-no-value\n"])
+
+
+def test_every_connection_gets_a_fabric_config_of_its_own_around_one_parse(tmp_path):
+    """A fabric Connection writes into its Config while it is built, which re-merges that
+    Config from nothing. One Config shared by every node's thread made a thread that read it
+    mid-merge fail to connect ("No attribute or config key found for 'user'", 1 host in 64
+    under load). Node threads build Connections at once here, as a run does, and every one
+    must see its user and port."""
+    import sys
+    import threading
+
+    from fabric import Connection
+
+    from preflight.collect import ssh
+
+    config = tmp_path / "ssh_config"
+    config.write_text(USER)
+    first, second = ssh._base_config(config), ssh._base_config(config)
+    assert first is not second
+    assert first.base_ssh_config is second.base_ssh_config  # the file is parsed once
+
+    failures: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def build() -> None:
+        start.wait()
+        for _ in range(30):
+            try:
+                conn = Connection("gpu001", config=ssh._base_config(config), connect_kwargs={"allow_agent": False})
+                assert (conn.user, conn.port, conn.host) == ("ops", 2201, "10.0.0.1")
+            except BaseException as exc:  # noqa: BLE001 - collected and reported below
+                failures.append(exc)
+
+    threads = [threading.Thread(target=build) for _ in range(8)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, as a loaded controller does
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures, failures[:3]
