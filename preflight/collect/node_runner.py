@@ -9,7 +9,6 @@ controller builds as for any other run (the same probes, limits, per-node width 
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 from preflight.collect.fanout import ExecPlan
@@ -19,12 +18,15 @@ from preflight.model import ProbeResult
 from preflight.node import probe_runner
 
 # Run on each node as `python3 -c BOOT` with {"files": [[name, source], ...], "plan": {...}} on
-# stdin: the files become modules under their plain names, in order, then the runner runs.
+# stdin, written as a Python literal: the files become modules under their plain names, in
+# order, then the runner runs. A literal, not JSON: `json` would make the node import `re` and
+# `enum` for this one read (see preflight/node/frames.py); it is evaluated with no builtins, and
+# the controller that writes it is the one that sends the code run beside it.
 BOOT = """\
-import json, sys, types
-doc = json.loads(sys.stdin.buffer.read())
+import sys
+doc = eval(sys.stdin.buffer.read(), {"__builtins__": {}})
 for name, source in doc["files"]:
-    module = types.ModuleType(name)
+    module = type(sys)(name)
     module.__file__ = "<preflight %s>" % name
     sys.modules[name] = module
     exec(compile(source, module.__file__, "exec"), module.__dict__)
@@ -39,19 +41,24 @@ def runner_argv(python: str = "python3") -> list[str]:
     return [python, "-I", "-S", "-c", BOOT]
 
 
+def runner_plan(plan: ExecPlan) -> dict:
+    """The plan as the runner reads it: plain strings, numbers, booleans and lists."""
+    return {
+        "per_node": plan.per_node, "budget_s": float(plan.node_budget()),
+        "probes": [{"id": p.id, "argv": list(p.argv), "tool": p.tool, "limit": float(plan.limit_for(p)),
+                    "active": p.active, "after_active": p.after_active}
+                   for p in plan.probes],
+    }
+
+
 @functools.lru_cache(maxsize=8)
 def node_payload(plan: ExecPlan) -> bytes:
-    """What the runner reads on stdin: its files and the plan, as JSON; built once per plan, not
-    once per node."""
+    """What the runner reads on stdin: its files and the plan, as a Python literal (``repr`` of
+    plain values is one); built once per plan, not once per node."""
     here = Path(probe_runner.__file__).parent
     files = [[name[:-3], (here / name).read_text()] for name in probe_runner.FILES]
-    doc = {"files": files, "plan": {
-        "per_node": plan.per_node, "budget_s": plan.node_budget(),
-        "probes": [{"id": p.id, "argv": list(p.argv), "tool": p.tool, "limit": plan.limit_for(p), "active": p.active,
-                    "after_active": p.after_active}
-                   for p in plan.probes],
-    }}
-    return json.dumps(doc).encode()
+    doc = {"files": files, "plan": runner_plan(plan)}
+    return repr(doc).encode("utf-8")
 
 
 def result_of(probe: Probe, host: str, header: dict, payload: bytes) -> ProbeResult:

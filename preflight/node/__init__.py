@@ -3,9 +3,10 @@ argument): the soak agent (``agent.py``, with ``records.py``, what it writes; ``
 NVML; ``burn.py``, the burn engine), the vLLM engine (``vllm_engine.py``, ``vllm_log.py``) and
 its load generator (``loadgen.py``, ``loadgen_bench.py``, ``loadgen_http.py``,
 ``loadgen_windows.py``), the torch all_reduce fallback (``torch_allreduce.py``), and the Slurm
-task that runs a node's probes (``probe_runner.py`` with ``schedule.py``, the per-node schedule the SSH fan-out shares,
-``localexec.py``, process-group timeouts ``LocalNode`` shares, and ``frames.py``, its output
-framing; shipped through srun's stdin, see ``preflight.collect.slurm_fleet``).
+task, or SSH channel, that runs a node's probes (``probe_runner.py`` with ``schedule.py``, the per-node
+schedule the SSH fan-out shares, ``localexec.py``, process-group timeouts ``LocalNode`` shares,
+and ``frames.py``, its output framing; shipped through srun's stdin or the channel's, see
+``preflight.collect.node_runner``).
 
 A node has python3 and its own tools, not preflight: nothing here imports preflight. A module
 imports its siblings relatively when it is imported from this package, and by plain name when

@@ -1,11 +1,12 @@
-"""The probes of one node, run on that node: what a Slurm task executes.
+"""The probes of one node, run on that node: what a Slurm task (or one SSH channel) executes.
 
 The controller builds the plan (which probes, their argv and limits, how many at once, the
 node's budget) exactly as for SSH; this runner only carries it out with the shared schedule
-(``schedule.run_schedule``: per-node concurrency, hung-tool skip, node deadline) and local
-process-group timeouts (``localexec``), and writes every outcome to stdout as framed records
-(``frames``) the moment it exists. A task killed half-way has therefore already delivered what
-finished. Records: ``hello`` first, one ``result`` per probe (stdout as the raw payload),
+(``schedule``: per-node concurrency, hung-tool skip, node deadline) and local process-group
+timeouts (``localexec``), and writes every outcome to stdout as framed records (``frames``) the
+moment it exists. A task killed half-way has therefore already delivered what finished. It runs
+the commands from one thread (``run_polled``): threads and ``subprocess`` cost a node's python3
+more than all the rest of its work. Records: ``hello`` first, one ``result`` per probe (stdout as the raw payload),
 ``end`` last; an ``end`` that never arrives tells the controller the task did not finish.
 
 Shipped with its siblings through stdin (``preflight.collect.node_runner.BOOT``), by a Slurm task
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
+import time
 
 try:
     from . import frames, localexec, schedule
@@ -55,16 +56,15 @@ class Result:
 
 
 class Emitter:
-    """Writes records to a stream, one whole record at a time (the worker threads share it)."""
+    """Writes records to a stream, each whole and at once."""
 
     def __init__(self, node, stream):
-        self.node, self.stream, self.seq, self.lock = node, stream, 0, threading.Lock()
+        self.node, self.stream, self.seq = node, stream, 0
 
     def emit(self, header, payload=b""):
-        with self.lock:
-            self.seq += 1
-            self.stream.write("".join(frames.encode(self.node, self.seq, header, payload)))
-            self.stream.flush()
+        self.seq += 1
+        self.stream.write("".join(frames.encode(self.node, self.seq, header, payload)))
+        self.stream.flush()
 
 
 def node_name():
@@ -77,12 +77,52 @@ def hostname():
     return os.uname().nodename
 
 
-def execute(probe, limit):
-    r = localexec.run_local(probe.argv, timeout=limit)
-    return Result(r.stdout, r.stderr, r.exit_code, r.started, r.duration_s, r.timed_out)
+def _result(run):
+    return Result(run.stdout, run.stderr, run.exit_code, run.started, run.duration_s, run.timed_out)
+
+
+def run_polled(probes, per_node, budget_s, deliver, skip):
+    """The schedule's rule (``schedule.phases``, ``NodeSchedule``, ``limit_within``) with every
+    command advanced by one ``localexec.Poller``: up to ``per_node`` static probes at once, then
+    the active ones alone, then the after-active readings."""
+    static, active, after = schedule.phases(probes)
+    plan = schedule.NodeSchedule(static, time.monotonic() + budget_s)
+    poller = localexec.Poller()
+
+    def phase(width):
+        running = {}
+        while True:
+            while len(running) < width:
+                probe, skipped = plan.next()
+                for passed_over, why in skipped:
+                    skip(passed_over, why)
+                if probe is None:
+                    break
+                command = localexec.Command(probe.argv, timeout=schedule.limit_within(plan, probe, probe.limit))
+                running[command] = probe
+                if command.result is None:
+                    poller.add(command)
+            if not running:
+                return
+            ended = [c for c in running if c.result is not None] or poller.wait(list(running))
+            for command in ended:
+                probe, result = running.pop(command), _result(command.result)
+                plan.finished(probe, result, True)
+                deliver(probe, result)
+
+    phase(max(1, min(per_node, len(static))))
+    plan.extend(active)
+    phase(1)
+    plan.extend(after)
+    phase(1)
+    return plan
 
 
 def main(plan, stream=None):
+    if not hasattr(os, "posix_spawnp"):
+        # Before the hello: over SSH the controller then probes this node a channel per probe.
+        sys.exit("preflight's node runner needs python3 >= 3.8 (os.posix_spawnp); this is %s"
+                 % sys.version.split()[0])
     stream = stream if stream is not None else sys.stdout
     out = Emitter(node_name(), stream)
     probes = [PlannedProbe(p) for p in plan["probes"]]
@@ -97,8 +137,7 @@ def main(plan, stream=None):
     def skip(probe, why):
         deliver(probe, Result(None, "", None, localexec.now_iso(), 0.0, False, why))
 
-    schedule.run_schedule(probes, int(plan["per_node"]), float(plan["budget_s"]), lambda p: p.limit, execute,
-                          deliver, skip, name=out.node)
+    run_polled(probes, int(plan["per_node"]), float(plan["budget_s"]), deliver, skip)
     out.emit({"kind": "end", "delivered": delivered[0]})
     return 0
 

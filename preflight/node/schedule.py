@@ -11,23 +11,38 @@ each with its own limit.
 Probes and results are duck-typed so that the controller's ``Probe``/``ProbeResult`` and the
 node runner's plain records both fit: a probe has ``tool``, ``argv`` and ``active``; a result
 has ``timed_out``, ``duration_s`` and ``error``. Stdlib only: this file is shipped to nodes.
+
+Two drivers carry the rule out: ``run_schedule`` with a thread per probe slot, for transports
+whose ``execute`` blocks (a channel of an SSH connection, ``LocalNode``), and the node runner's
+``probe_runner.run_polled``, which runs the commands from one thread. Both take their phases,
+limits and passing-over from here.
 """
 
 from __future__ import annotations
 
-import threading
 import time
+
+
+class _Unlocked:
+    """The lock of a schedule that only one thread drives: ``threading`` (and ``functools`` and
+    ``collections`` behind it) is not worth importing on a node for it."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 class NodeSchedule:
     """Which probe runs next on one node, and which are not run: after a hang of their tool, past
     the node's deadline, or after the transport died. Pure bookkeeping, no I/O; thread-safe."""
 
-    def __init__(self, probes, deadline, clock=time.monotonic):
+    def __init__(self, probes, deadline, clock=time.monotonic, lock=None):
         self._waiting = list(probes)
         self._deadline = deadline
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = lock if lock is not None else _Unlocked()
         self.hung = {}  # tool -> the probe record that hung
         self.lost = None  # why the transport is gone
 
@@ -62,21 +77,34 @@ class NodeSchedule:
                 self.lost = result.error
 
 
+def phases(probes):
+    """(static, active, after): active probes load the node, so they run alone after the static
+    ones, in catalogue order; probes marked after_active (second readings of counters) run once
+    those are done."""
+    after = [p for p in probes if getattr(p, "after_active", False)]
+    static = [p for p in probes if not p.active and p not in after]
+    active = [p for p in probes if p.active and p not in after]
+    return static, active, after
+
+
+def limit_within(schedule, probe, limit):
+    """A probe never outlives the node's deadline, except a benchmark's own limit."""
+    return limit if probe.active else max(1.0, min(limit, schedule.time_left()))
+
+
 def run_schedule(probes, per_node, budget_s, limit_of, execute, deliver, skip, connected=lambda: True,
                  name="node"):
-    """Run ``probes`` on one node under the rule above.
+    """Run ``probes`` on one node under the rule above, a thread per probe slot.
 
     ``limit_of(probe)`` is a probe's own limit in seconds; ``execute(probe, limit)`` runs it and
     returns its result; ``deliver(probe, result)`` and ``skip(probe, why)`` hand each outcome on as
     soon as it exists (from worker threads); ``connected()`` says whether the transport still
     stands after a result with an error.
     """
-    # Active probes load the node: they run alone, after the static ones, in catalogue order;
-    # probes marked after_active (second readings of counters) run once those are done.
-    after = [p for p in probes if getattr(p, "after_active", False)]
-    static = [p for p in probes if not p.active and p not in after]
-    active = [p for p in probes if p.active and p not in after]
-    schedule = NodeSchedule(static, time.monotonic() + budget_s)
+    import threading
+
+    static, active, after = phases(probes)
+    schedule = NodeSchedule(static, time.monotonic() + budget_s, lock=threading.Lock())
 
     def worker():
         while True:
@@ -85,11 +113,7 @@ def run_schedule(probes, per_node, budget_s, limit_of, execute, deliver, skip, c
                 skip(passed_over, why)
             if probe is None:
                 return
-            # A probe never outlives the node's deadline, except a benchmark's own limit.
-            limit = limit_of(probe)
-            if not probe.active:
-                limit = max(1.0, min(limit, schedule.time_left()))
-            result = execute(probe, limit)
+            result = execute(probe, limit_within(schedule, probe, limit_of(probe)))
             schedule.finished(probe, result, connected())
             deliver(probe, result)
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from preflight.collect.fanout import ExecPlan
-from preflight.collect.node_runner import node_payload, runner_argv
+from preflight.collect.node_runner import node_payload, runner_argv, runner_plan
 from preflight.collect.probe import Probe
 from preflight.node import frames, probe_runner
 
@@ -55,7 +55,7 @@ def _decode(text: str) -> list[tuple[str, int, dict, bytes]]:
 def test_the_runner_applies_the_ssh_paths_schedule_on_its_node(monkeypatch):
     monkeypatch.setenv("SLURMD_NODENAME", "gpu07")
     out = io.StringIO()
-    plan = json.loads(node_payload(_plan()))["plan"]
+    plan = runner_plan(_plan())
     assert probe_runner.main(plan, out) == 0
     recs = _decode(out.getvalue())
     assert {n for n, _, _, _ in recs} == {"gpu07"}
@@ -91,3 +91,13 @@ def test_the_runner_stamps_times_as_the_controller_does():
     stamp = now_iso()
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", stamp)
     assert before <= datetime.fromisoformat(stamp) <= datetime.now(timezone.utc)
+
+
+def test_a_header_is_written_as_json_writes_it_without_importing_json_on_the_node():
+    header = {"kind": "result", "probe": "dmesg", "exit_code": 0, "timed_out": False, "error": None,
+              "duration_s": 0.125, "started": "2026-12-01T22:00:00+00:00", "has_stdout": True,
+              "stderr": 'quote " backslash \\ tab \t newline \n bell \x07 esc \x1b del \x7f é 漢 🚀'}
+    assert frames._json(header) == json.dumps(header, sort_keys=True, ensure_ascii=False)
+    odd = {"stderr": "surrogate \udcff here", "duration_s": float("inf"), "exit_code": -9}
+    (_, _, decoded, _), = frames.FrameReader().feed(frames.encode("n1", 1, odd)[0])
+    assert decoded == {"stderr": "surrogate ? here", "duration_s": None, "exit_code": -9}
