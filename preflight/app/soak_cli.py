@@ -20,8 +20,6 @@ from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USA
 from preflight.evidence.bundle import new_run_id
 from preflight.knowledge.datafile import LONGEST_S, fraction, positive
 from preflight.parse.slurm import time_limit_s
-from preflight.soak import slurm_soak
-from preflight.soak.controller import analyze_and_show, follow
 from preflight.soak.plan import (
     ENGINES,
     NODE_DIR,
@@ -31,7 +29,6 @@ from preflight.soak.plan import (
     builtin_models,
     load_plan,
 )
-from preflight.soak.ship import start
 from preflight.soak.slo_spec import SloError, parse_slos
 
 # Under Slurm every poll of a node is a job step slurmctld creates: polled less often.
@@ -183,12 +180,18 @@ def soak_seconds(args) -> float:
 
 def needed_s(args, engine: str | None = None) -> float:
     """The allocation time a ``soak --slurm`` with these options needs (``slurm_soak.needed_s``)."""
+    # The soak's drivers (rich.live, tarfile, paramiko at import) load for `soak` alone, not
+    # before every `run`'s first connection; the parser above needs none of them.
+    from preflight.soak import slurm_soak
+
     engine = engine or args.engine or ("endpoint" if args.endpoint else "burn")
     return slurm_soak.needed_s(soak_seconds(args), engine, args.ready_timeout, args.bench)
 
 
 def check_time_limit(args, engine: str, seconds: float) -> None:
     """``--time`` must cover the soak: a job killed at its limit would cut the soak short."""
+    from preflight.soak import slurm_soak  # for soak alone, as in needed_s
+
     if not args.time:
         return
     try:
@@ -202,6 +205,11 @@ def check_time_limit(args, engine: str, seconds: float) -> None:
 
 
 def cmd_soak(args, console: Console) -> int:
+    # The soak's drivers (rich.live, tarfile, paramiko at import): for `soak` alone (needed_s).
+    from preflight.soak import slurm_soak
+    from preflight.soak.controller import analyze_and_show, follow
+    from preflight.soak.ship import start  # likewise
+
     # Error messages name files and options: never folded inside a path, whatever the width.
     err = Console(stderr=True, soft_wrap=True)
     try:

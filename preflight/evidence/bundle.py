@@ -59,22 +59,29 @@ class BundleWriter:
         # What was written, as the reader sees it: bundle.json goes through JSON, so does this.
         self.header: dict = json.loads(json.dumps(header))
         self._results: dict[str, dict[str, ProbeResult]] = {}
-        self._made: set[str] = set()
+        self._host_dirs: dict[str, str] = {}
 
     def add(self, result: ProbeResult) -> None:
-        host_dir = self.root / "hosts" / _safe_component(result.host, "host")
-        if result.host not in self._made:
-            host_dir.mkdir(exist_ok=True)
-            self._made.add(result.host)
+        host_dir = self._host_dir(result.host)
         probe = _safe_component(result.probe, "probe")
         stdout = result.stdout if result.stdout is not None and not result.tool_missing else None
         if stdout is not None:
-            write_atomic(host_dir / f"{probe}.txt", stdout)
+            write_atomic(f"{host_dir}/{probe}.txt", stdout)
         meta = result.meta()
-        write_atomic(host_dir / f"{probe}.json", (json.dumps(meta, indent=2) + "\n").encode())
+        write_atomic(f"{host_dir}/{probe}.json", (json.dumps(meta, indent=2) + "\n").encode())
         # Kept as the reader will see it (same normalisation), so that a run judges the bundle
         # without reading back every file it has just written.
         self._results.setdefault(result.host, {})[probe] = _result_from(result.host, probe, stdout, meta)
+
+    def _host_dir(self, host: str) -> str:
+        """The host's directory: made, and its path built, at the host's first record rather
+        than joined again through pathlib for each file of every record."""
+        path = self._host_dirs.get(host)
+        if path is None:
+            path = os.path.join(self.root, "hosts", _safe_component(host, "host"))
+            Path(path).mkdir(exist_ok=True)
+            self._host_dirs[host] = path
+        return path
 
     def records_of(self, host: str) -> dict[str, ProbeResult]:
         """The host's records so far, as ``bundle()`` would give them: in the reader's order (by probe id)."""

@@ -12,6 +12,8 @@ Real variants handled (see tests/fixtures/corpus/smi-q and h200-vm):
   ``<gpu_reset_status>``, ``<remapped_rows>N/A</remapped_rows>``) and v13 (58x/59x: tabs,
   ``<clocks_event_reasons_counters>``, ``average_/instant_power_draw``, SRAM parity/SEC-DED
   split, ``<gpu_recovery_action>``). The DOCTYPE is stripped, so no DTD or entity is resolved.
+  The ``<supported_clocks>`` sections, which no field reads, are left out of the parse
+  when whole and plainly formed.
   Truncated XML keeps what was read before the cut; leaves whose closing tag never came are
   dropped because their text may be cut short.
 - Text from 2018 drivers ("Clocks Throttle Reasons", narrow label padding) to 590
@@ -34,6 +36,7 @@ counts); no capture of it is in the corpus.
 from __future__ import annotations
 
 import re
+import string
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -412,6 +415,42 @@ _XML_REASON_PREFIX = re.compile(r"^clocks_(?:event|throttle)_reason_")
 _XML_COUNTER_PREFIX = "clocks_event_reasons_counters_"
 
 
+# nvidia-smi's list of every supported clock pair: over half of an H100/H200 GPU's XML and
+# of the elements built from it, and read by no row of the field table.
+_UNREAD_OPEN, _UNREAD_CLOSE = "<supported_clocks>", "</supported_clocks>"
+# All a well-formed such section is made of. An entity, comment, attribute or stray byte in
+# one leaves the section in the text, so that damage there is met by the parser as before.
+_PLAIN_BYTES = (string.ascii_letters + string.digits + " \t\r\n<>/._").encode()
+
+
+def _plain_section(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]``, a section's content, can go without changing whether the
+    document is well-formed: plain characters only, as many closing tags as opening ones, and
+    no second opening tag of the section (the mark of two captures spliced together)."""
+    body = text[start:end]
+    return (
+        body.isascii()
+        and not body.encode().translate(None, _PLAIN_BYTES)
+        and body.count("<") == 2 * body.count("</")
+        and _UNREAD_OPEN not in body
+    )
+
+
+def _without_unread_sections(text: str) -> str:
+    """``text`` less its whole, plain ``<supported_clocks>`` sections. One cut inside a section
+    has no closing tag after it, so it stays, and the parser meets the cut where it is."""
+    kept, pos = [], 0
+    while (start := text.find(_UNREAD_OPEN, pos)) != -1:
+        end = text.find(_UNREAD_CLOSE, start)
+        if end == -1:
+            break
+        after = end + len(_UNREAD_CLOSE)
+        kept.append(text[pos:start] if _plain_section(text, start + len(_UNREAD_OPEN), end) else text[pos:after])
+        pos = after
+    kept.append(text[pos:])
+    return "".join(kept)
+
+
 def _read_xml(text: str, notes: list[str]) -> ET.Element | None:
     """The root element (``<nvidia_smi_log>`` for real output), or None when the text holds
     no XML element at all.
@@ -421,9 +460,11 @@ def _read_xml(text: str, notes: list[str]) -> ET.Element | None:
     text = _DOCTYPE.sub("", text, count=1)
     try:
         # Whole output is the common case, and one pass over it costs half the pull parser.
-        return ET.fromstring(text)
+        return ET.fromstring(_without_unread_sections(text))
     except ET.ParseError:
         pass
+    # Damaged: read as it came, so the elements kept and the error's line and column are
+    # those of the capture itself.
     events, error = pull_events(text, ("start", "end"))
     root, closed = (events[0][1] if events else None), {id(e) for kind, e in events if kind == "end"}
     if root is not None and error is not None:

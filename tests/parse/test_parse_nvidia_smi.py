@@ -371,3 +371,56 @@ def test_the_path_index_finds_what_element_find_finds_in_every_real_xml():
                     assert index.get(xml_path) is gpu.find(xml_path), (path.name, xml_path)
                     checked += 1
     assert len(files) >= 5 and checked > 1000
+
+
+# --- The <supported_clocks> sections dropped before parsing --------------------------------
+
+
+def _real_xml_captures() -> list[str]:
+    """Every distinct ``nvidia-smi -q -x`` capture in the fixtures and examples."""
+    root_dir = Path(__file__).resolve().parents[2]
+    paths = sorted(root_dir.glob("tests/fixtures/**/*")) + sorted(root_dir.glob("examples/**/*"))
+    texts = [p.read_text(errors="replace") for p in paths if p.is_file() and p.stat().st_size < 4_000_000]
+    return sorted({t for t in texts if "<nvidia_smi_log" in t[:4000]})
+
+
+def _outcome(text: str):
+    try:
+        return parse_smi_xml(text)
+    except ParseError as exc:
+        return f"ParseError: {exc}"
+
+
+def _variants(text: str) -> list[str]:
+    """The capture whole, cut at regular points and at the edges of its first and last
+    <supported_clocks> section, and damaged inside one (a NUL byte, an entity, a second
+    capture spliced in where the first was cut)."""
+    cuts = set(range(0, len(text), max(1, len(text) // 20)))
+    for tag in ("<supported_clocks>", "</supported_clocks>"):
+        for at in {text.find(tag), text.rfind(tag)} - {-1}:
+            cuts.update((at, at + 1, at + len(tag) - 1, at + len(tag), at + len(tag) + 40))
+    variants = [text] + [text[:n] for n in sorted(cuts)]
+    middle = text.find("<supported_clocks>")
+    if middle != -1:
+        middle = text.find("</", middle)
+        variants += [text[:middle] + insert + text[middle:] for insert in ("\x00", "&bogus;", "&amp;")]
+        variants.append(text[:middle] + text)
+    return variants
+
+
+def test_dropping_the_supported_clocks_changes_no_report(monkeypatch):
+    """parse_smi_xml leaves the <supported_clocks> sections (over half of an H200's XML) out of
+    the parse. Every real capture, whole, cut or damaged, reads exactly as it does parsed as
+    it came: the same SmiReport, or the same ParseError."""
+    from preflight.parse import nvidia_smi as ns
+
+    captures = _real_xml_captures()
+    texts = [variant for text in captures for variant in _variants(text)]
+    pruned = [_outcome(t) for t in texts]
+    monkeypatch.setattr(ns, "_without_unread_sections", lambda text: text)
+    as_it_came = [_outcome(t) for t in texts]
+    assert len(captures) >= 5 and sum("<supported_clocks>" in t for t in captures) >= 5
+    for text, got, expected in zip(texts, pruned, as_it_came, strict=True):
+        assert got == expected, (len(text), text[-80:])
+    assert sum(isinstance(o, str) for o in as_it_came) > 10  # cut before the GPU count: errors
+    assert sum(bool(o.notes) for o in as_it_came if not isinstance(o, str)) > 10  # cut after
