@@ -4,13 +4,15 @@ runs a node's probes through it, several at once from one thread (``Poller``); `
 the controller runs one command at a time (``run_local``); so a timeout means the same thing on
 every transport. Stdlib only: this file is shipped to nodes.
 
-It imports only ``os``, ``select`` and ``time``. ``subprocess`` (with ``signal``, ``selectors``,
-``threading`` and ``enum`` behind it) cost a node's python3 more than the rest of the runner's
-start; ``os.posix_spawnp`` starts a command as cheaply as a shell does.
+It imports only ``os``, ``select``, ``time`` and the interpreter's own ``_signal`` (loaded
+before any script runs; ``signal`` would import ``enum``). ``subprocess`` (with ``signal``,
+``selectors``, ``threading`` and ``enum`` behind it) cost a node's python3 more than the rest of
+the runner's start; ``os.posix_spawnp`` starts a command as cheaply as a shell does.
 """
 
 from __future__ import annotations
 
+import _signal
 import os
 import select
 import time
@@ -19,8 +21,7 @@ import time
 KILL_AFTER_S = 5
 # How long after SIGKILL to wait for the pipes to close (a child that left its session holds them).
 GIVE_UP_S = 10
-# POSIX fixes these numbers; the `signal` module (and `enum` behind it) is not worth importing for two.
-SIGTERM, SIGKILL = 15, 9
+SIGTERM, SIGKILL = _signal.SIGTERM, _signal.SIGKILL
 _READ = 1 << 16
 
 
@@ -47,11 +48,14 @@ def _exit_code(status):
 def _spawn(argv, actions):
     # Its own session, so that a timeout ends the tool and everything it spawned, and no tool can
     # open the controller's terminal. POSIX_SPAWN_SETSID is a glibc >= 2.26 extension; elsewhere a
-    # process group of its own is what killpg needs.
+    # process group of its own is what killpg needs. Python ignores SIGPIPE and SIGXFSZ; a tool
+    # gets them back at their default, as subprocess gives them (a `dmesg | head` in a probe
+    # must end as it does from a shell, not print "Broken pipe").
+    kwargs = {"file_actions": actions, "setsigdef": (_signal.SIGPIPE, _signal.SIGXFSZ)}
     try:
-        return os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions, setsid=True)
+        return os.posix_spawnp(argv[0], argv, os.environ, setsid=True, **kwargs)
     except NotImplementedError:
-        return os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions, setpgroup=0)
+        return os.posix_spawnp(argv[0], argv, os.environ, setpgroup=0, **kwargs)
 
 
 class Command:

@@ -90,3 +90,10 @@ def test_the_shipped_runner_imports_no_heavy_module_on_the_node(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines() if "|" in line}
     assert imported and not imported & {"json", "re", "subprocess", "threading", "signal", "enum", "base64"}
+
+
+def test_a_command_gets_the_default_sigpipe_that_python_itself_ignores():
+    # Python ignores SIGPIPE and SIGXFSZ; a tool must not inherit that, or a pipeline in a probe
+    # (`dmesg | head`) writes "Broken pipe" errors and exits differently than from a shell.
+    r = run_local(["sh", "-c", "yes | head -n 1"], timeout=10)
+    assert (r.stdout, r.stderr, r.exit_code) == (b"y\n", "", 0)
