@@ -97,7 +97,7 @@ def run_healthcheck(probes, checks, profiles, kb, out: Path, budget_s: float, no
     plan = plan_for(probes, budget_s)
     writer = BundleWriter(run_dir / "bundle", [name], created,
                           {"run_id": run_id, "preflight_version": __version__, "probes": [p.id for p in plan.probes],
-                           "local": True, "mode": mode})
+                           "checks": [c.id for c in checks], "local": True, "mode": mode})
     run_node(LocalNode(name), plan, writer.add)
     analysis = analyze(writer.bundle(), checks, profiles, kb)
     status = analysis.hosts[name].status

@@ -75,7 +75,7 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
     names = [local_host_name()] if local else [h.name for h in req.hosts]
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     meta = {"run_id": req.run_id, "preflight_version": __version__, "probes": [p.id for p in req.plan.probes],
-            "local": local}
+            "checks": [c.id for c in req.checks], "local": local}
     slurm = None
     if req.slurm:
         # Node states and allocations first: a request Slurm refuses leaves nothing written.

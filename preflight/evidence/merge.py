@@ -51,6 +51,7 @@ class MergePlan:
     missing: list[str] = field(default_factory=list)  # expected, recorded by no source
     probes: list[str] | None = None  # planned by every source (None: no source said)
     fleet: Bundle | None = None  # the one source with fleet- results, if any
+    checks: list[str] | None = None  # judged by any source (None: a source did not say)
 
 
 def plan_merge(bundles: Sequence[Bundle], expect: Sequence[str] | None = None) -> MergePlan:
@@ -74,13 +75,20 @@ def plan_merge(bundles: Sequence[Bundle], expect: Sequence[str] | None = None) -
     if len(with_fleet) > 1:
         raise BundleError("several sources hold runs across hosts (hosts/fleet-): "
                           + ", ".join(str(b.root) for b in with_fleet) + "; merge per-node bundles only")
-    return MergePlan(hosts, source, superseded, missing, probes, with_fleet[0] if with_fleet else None)
+    judged = [b.header.get("checks") for b in bundles]
+    # Any source's: a node from a --quick run is then judged "not run" on the active checks a
+    # full run of the others judged, which is what happened to it.
+    checks = (list(dict.fromkeys(c for j in judged for c in j)) if judged and all(isinstance(j, list) for j in judged)
+              else None)
+    return MergePlan(hosts, source, superseded, missing, probes, with_fleet[0] if with_fleet else None, checks)
 
 
 def write_merged(plan: MergePlan, root: Path, created: str, meta: dict) -> None:
     header = dict(meta)
     if plan.probes is not None:
         header["probes"] = plan.probes
+    if plan.checks is not None:
+        header["checks"] = plan.checks
     header["merged_from"] = [
         {"bundle": str(b.root), "run_id": b.header.get("run_id"), "created": b.created,
          "hosts": [h for h in plan.hosts if plan.source.get(h) is b]}

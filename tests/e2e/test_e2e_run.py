@@ -222,11 +222,12 @@ def test_hosts_are_judged_while_the_fleet_is_probed_and_the_verdicts_are_analyze
         {("gpu02", "gpu-inventory"), ("gpu04", "fleet-consistency")}
 
     monkeypatch.setattr(analyze_mod, "judge_host", real)
-    assert main(["analyze", str(run_dir), "--out", str(tmp_path / "again"), "-q", "--checks", SMI_CHECKS]) == code
+    # No --checks: analyze judges the checks the run's bundle.json names, the run's own.
+    assert main(["analyze", str(run_dir), "--out", str(tmp_path / "again"), "-q"]) == code
     [again] = (tmp_path / "again").iterdir()
     later = json.loads((again / "report.json").read_text())
-    assert {k: later[k] for k in ("hosts", "findings", "diagnoses")} == \
-        {k: report[k] for k in ("hosts", "findings", "diagnoses")}
+    assert {k: later[k] for k in ("hosts", "checks", "findings", "diagnoses")} == \
+        {k: report[k] for k in ("hosts", "checks", "findings", "diagnoses")}
 
 
 def test_the_live_view_names_hosts_failing_their_own_checks_before_the_fleet_checks(sim_cluster, tmp_path,

@@ -75,3 +75,28 @@ def test_nothing_to_merge_is_bad_input_and_writes_nothing(tmp_path, capsys):
     assert main(["merge", str(tmp_path / "shared"), "--expect", "gpu[1-", "--out", str(tmp_path / "m"), "-q"]) == 2
     assert "--expect: 'gpu[1-'" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "m").exists()
+
+
+def test_analyze_and_merge_judge_the_checks_the_runs_judged(tmp_path):
+    """A run names its checks in bundle.json; `analyze` and `merge` judge those unless --checks
+    says otherwise, so a --quick run's bundle does not come back with its active checks "not run"."""
+    hosts = json.loads((EXAMPLE / "bundle.json").read_text())["hosts"][:2]
+    split(tmp_path / "runs", hosts)
+    judged = {hosts[0]: ["gpu-inventory", "gpu-memory"], hosts[1]: ["gpu-inventory", "pcie-link"]}
+    for host, checks in judged.items():
+        header_file = tmp_path / "runs" / f"run-{host}" / "bundle" / "bundle.json"
+        header_file.write_text(json.dumps({**json.loads(header_file.read_text()), "checks": checks}))
+    run_of = lambda host: str(tmp_path / "runs" / f"run-{host}")  # noqa: E731
+    ids = lambda rep: sorted(c["id"] for c in rep["checks"])  # noqa: E731
+
+    main(["analyze", run_of(hosts[0]), "--out", str(tmp_path / "a"), "-q", "--no-html"])
+    [alone] = [json.loads(p.read_text()) for p in (tmp_path / "a").glob("*/report.json")]
+    assert ids(alone) == ["gpu-inventory", "gpu-memory"]
+    main(["analyze", run_of(hosts[0]), "--checks", "pcie-link", "--out", str(tmp_path / "b"), "-q", "--no-html"])
+    [asked] = [json.loads(p.read_text()) for p in (tmp_path / "b").glob("*/report.json")]
+    assert ids(asked) == ["pcie-link"]
+
+    main(["merge", str(tmp_path / "runs"), "--out", str(tmp_path / "m"), "--run-id", "m", "-q", "--no-html"])
+    assert ids(report(tmp_path / "m", "m")) == ["gpu-inventory", "gpu-memory", "pcie-link"]
+    assert json.loads((tmp_path / "m" / "m" / "bundle" / "bundle.json").read_text())["checks"] == [
+        "gpu-inventory", "gpu-memory", "pcie-link"]
