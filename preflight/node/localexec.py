@@ -162,7 +162,7 @@ class Command:
     def _signal(self, sig):
         try:
             os.killpg(self.pid, sig)
-        except ProcessLookupError:
+        except OSError:  # the group is gone (or, its pid reused, not ours): nothing left to stop
             pass
 
     def _finish(self, exit_code):
