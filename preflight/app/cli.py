@@ -215,12 +215,11 @@ def _load_checks(args, scopes: tuple[str, ...] = ("host", "fleet")):
     return select(checks, wanted)
 
 
-def _checks_for(args, header: dict):
-    """``--checks`` when given; else the checks the bundle's run judged, when its bundle.json
-    names them (so that a --quick run's bundle is judged as the run judged it, its active
-    checks not reported as not run); else every check."""
+def _checks_for(args, judged):
+    """``--checks`` when given; else ``judged``, the checks a bundle's run judged, when its
+    bundle.json names them (so that a --quick run's bundle is judged as the run judged it, its
+    active checks not reported as not run); else every check."""
     checks = _load_checks(args)
-    judged = header.get("checks")
     if getattr(args, "checks", None) is None and isinstance(judged, list):
         by_id = {c.id: c for c in checks}
         checks = [by_id[i] for i in dict.fromkeys(judged) if i in by_id]  # in the run's order
@@ -319,7 +318,7 @@ def analyze_saved(args):
     if getattr(args, "slo", None):
         raise UsageError(f"--slo: {root} is a bundle; serving SLOs are judged on a soak directory")
     bundle = read_bundle(root)
-    checks = _checks_for(args, bundle.header)
+    checks = _checks_for(args, bundle.header.get("checks"))
     profiles = _load_profiles(args)
     analysis = analyze(bundle, checks, profiles, load_knowledge(), args.profile)
     analysis.meta.update({"run_id": run_id, "created": bundle.created, "preflight_version": __version__,
@@ -389,7 +388,7 @@ def cmd_merge(args, console: Console) -> int:
     plan = plan_merge(sources, expect)
     if not plan.hosts:
         raise UsageError("nothing to merge: the bundles record no host")
-    checks = _checks_for(args, {"checks": plan.checks})
+    checks = _checks_for(args, plan.checks)
     profiles = _load_profiles(args)
     kb = load_knowledge()
     run_id = targets.run_id_of(args, "merge-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))

@@ -6,8 +6,9 @@ node's budget) exactly as for SSH; this runner only carries it out with the shar
 timeouts (``localexec``), and writes every outcome to stdout as framed records (``frames``) the
 moment it exists. A task killed half-way has therefore already delivered what finished. It runs
 the commands from one thread (``run_polled``): threads and ``subprocess`` cost a node's python3
-more than all the rest of its work. Records: ``hello`` first, one ``result`` per probe (stdout as the raw payload),
-``end`` last; an ``end`` that never arrives tells the controller the task did not finish.
+more than all the rest of its work. Records: ``hello`` first, one ``result`` per probe (stdout
+as the raw payload), ``end`` last; an ``end`` that never arrives tells the controller the task
+did not finish.
 
 Shipped with its siblings through stdin (``preflight.collect.node_runner.BOOT``), by a Slurm task
 or one SSH channel: nothing is installed on the node, only python3 is needed.
@@ -86,19 +87,19 @@ def run_polled(probes, per_node, budget_s, deliver, skip):
     command advanced by one ``localexec.Poller``: up to ``per_node`` static probes at once, then
     the active ones alone, then the after-active readings."""
     static, active, after = schedule.phases(probes)
-    plan = schedule.NodeSchedule(static, time.monotonic() + budget_s)
+    rule = schedule.NodeSchedule(static, time.monotonic() + budget_s)
     poller = localexec.Poller()
 
     def phase(width):
         running = {}
         while True:
             while len(running) < width:
-                probe, skipped = plan.next()
+                probe, skipped = rule.next()
                 for passed_over, why in skipped:
                     skip(passed_over, why)
                 if probe is None:
                     break
-                command = localexec.Command(probe.argv, timeout=schedule.limit_within(plan, probe, probe.limit))
+                command = localexec.Command(probe.argv, timeout=schedule.limit_within(rule, probe, probe.limit))
                 running[command] = probe
                 if command.result is None:
                     poller.add(command)
@@ -107,15 +108,15 @@ def run_polled(probes, per_node, budget_s, deliver, skip):
             ended = [c for c in running if c.result is not None] or poller.wait(list(running))
             for command in ended:
                 probe, result = running.pop(command), _result(command.result)
-                plan.finished(probe, result, True)
+                rule.finished(probe, result, True)
                 deliver(probe, result)
 
     phase(max(1, min(per_node, len(static))))
-    plan.extend(active)
+    rule.extend(active)
     phase(1)
-    plan.extend(after)
+    rule.extend(after)
     phase(1)
-    return plan
+    return rule
 
 
 def main(plan, stream=None):

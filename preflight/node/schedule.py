@@ -36,7 +36,8 @@ class _Unlocked:
 
 class NodeSchedule:
     """Which probe runs next on one node, and which are not run: after a hang of their tool, past
-    the node's deadline, or after the transport died. Pure bookkeeping, no I/O; thread-safe."""
+    the node's deadline, or after the transport died. Pure bookkeeping, no I/O; thread-safe
+    when given a ``threading.Lock`` (the thread driver's), else for one thread."""
 
     def __init__(self, probes, deadline, clock=time.monotonic, lock=None):
         self._waiting = list(probes)
