@@ -309,7 +309,8 @@ def test_real_vllm_cpu_soak(tmp_path):
 
 
 SWEEP = (2, 8, 32)
-STEP_S = 8.0  # two windows of 4 s a level
+STEP_S = 12.0  # three windows of 4 s a level: the median of three outlasts one window slowed by the
+# shared CPU (with two, CI once saw 373 tokens/s at 8 in flight against 436 at 2, and 1,907 at 32)
 
 
 @NEEDS_VLLM
@@ -346,8 +347,8 @@ def test_real_vllm_cpu_sweep_with_goodput(tmp_path):
         windows.setdefault(r.time, {})[r.metric] = r.value
     ordered = [windows[t] for t in sorted(windows)]
     levels = [w["concurrency"] for w in ordered]
-    # Levels in order, two windows each (a contended CPU may stretch one past its grid).
-    assert sorted(set(levels)) == list(SWEEP) and levels == sorted(levels) and 5 <= len(levels) <= 7, levels
+    # Levels in order, three windows each (a contended CPU may stretch one past its grid).
+    assert sorted(set(levels)) == list(SWEEP) and levels == sorted(levels) and 8 <= len(levels) <= 10, levels
     for level in SWEEP:
         at = [w for w in ordered if w["concurrency"] == level]
         assert max(w["in_flight"] for w in at) == level
