@@ -183,6 +183,37 @@ class Diagnosis:
 
 
 @dataclass(frozen=True)
+class PastRun:
+    """One earlier run of a node, as the results store remembers it."""
+
+    run_id: str
+    started: float  # seconds since the epoch
+    status: str  # pass | warn | fail | error
+    reachable: bool
+    causes: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()  # checks that failed (fail or error) on the node
+    judged: frozenset[str] = frozenset()  # checks the run judged
+
+
+@dataclass(frozen=True)
+class HostHistory:
+    """A node's past, handed by the results store to the judgement (``host.history``), so that
+    checks comparing a node with its own past are ordinary checks over plain data.
+
+    ``figures``: the node's earlier readings of each figure (``judge.figures``), oldest first;
+    ``spreads``: the fleet's run-to-run spread of each figure, as a fraction of its level;
+    ``fleet_medians``: the fleet's median latest reading; ``now``: when the history was read."""
+
+    node: str
+    runs: tuple[PastRun, ...]
+    figures: dict[str, tuple[float, ...]]
+    spreads: dict[str, float]
+    fleet_medians: dict[str, float]
+    now: float
+    store: str = ""  # the store it came from, as messages show it (password masked)
+
+
+@dataclass(frozen=True)
 class Check:
     """A check as the loader found it: what it reads, and the function that judges.
 

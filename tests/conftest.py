@@ -21,7 +21,8 @@ for _folder in sorted(p for p in _HERE.iterdir() if p.is_dir() and any(p.glob("t
     if str(_folder) not in sys.path:
         sys.path.append(str(_folder))
 
-from simcluster import SSHD, SimCluster, SimHost  # noqa: E402 - after the path set-up above
+import pgcluster  # noqa: E402 - after the path set-up above
+from simcluster import SSHD, SimCluster, SimHost  # noqa: E402
 
 
 @cache
@@ -45,6 +46,27 @@ def _why_no_simcluster() -> str | None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("root") is not None and (reason := _why_no_simcluster()):
         pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _own_results_store(tmp_path_factory, monkeypatch):
+    """Every test records into a store of its own (the embedded default lives under
+    $XDG_STATE_HOME): none writes the machine's, and no two share one. Commands a test starts
+    in a subprocess inherit it."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    monkeypatch.delenv("PREFLIGHT_DB", raising=False)
+
+
+@pytest.fixture(scope="session")
+def pg():
+    """A real PostgreSQL server of the session's own (tests/pgcluster.py); 40 connections, so
+    that writers beyond them wait for a slot as a fleet's would."""
+    why = pgcluster.why_not()
+    if why:
+        pytest.skip(why)
+    cluster = pgcluster.start(max_connections=40)
+    yield cluster
+    pgcluster.stop(cluster)
 
 
 @pytest.fixture

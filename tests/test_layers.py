@@ -4,7 +4,8 @@ cycle appears, or when an import hides inside a function without a heavy optiona
 as the reason.
 
 The order is the data's, from the bottom up: the records and contracts every stage shares,
-then pure parsing and knowledge, then collecting and storing evidence, judging, diagnosing,
+then pure parsing and knowledge, then collecting and storing evidence, judging, the results
+store (finished reports in, history out; it shares the judgement's rules of time), diagnosing,
 reporting, and the drivers (soak, the command line, the pytest plugin). ``node`` sits apart:
 it is shipped to nodes and imports nothing of preflight.
 """
@@ -28,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("collect",),
     ("evidence",),
     ("judge", "check", "plugin"),
+    ("store",),
     ("diagnose",),
     ("report",),
     ("soak",),
@@ -38,7 +40,7 @@ RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 # Function-level imports allowed for these (heavy, optional, or only on a node), and
 # within the node layer, the sibling modules it imports by plain name when run as a script.
 HEAVY = ("pandas", "numpy", "matplotlib", "rich.live", "rich.progress", "torch", "pynvml", "vllm",
-         "fabric", "paramiko")
+         "fabric", "paramiko", "psycopg")
 
 
 def modules() -> dict[str, Path]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from ClusterShell.NodeSet import NodeSet
 from rich.console import Console
 
 from preflight import __version__
-from preflight.app import baseline, dcgm_options, drain_cli, healthcheck, options, prolog, soak_cli, targets
+from preflight.app import baseline, dcgm_options, drain_cli, healthcheck, options, prolog, soak_cli, store_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
@@ -37,12 +38,14 @@ from preflight.diagnose.explain import UnknownCause, explain, list_causes
 from preflight.evidence.bundle import new_run_id, read_bundle
 from preflight.evidence.merge import plan_merge, read_sources, write_merged
 from preflight.judge.facts import FACTS, probes_of
+from preflight.judge.figures import HISTORY_FACT
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.datafile import LONGEST_S, positive
 from preflight.knowledge.profiles import load_profiles
 from preflight.report import diff, json_report, prometheus, terminal
 from preflight.report.diff import ReportError, diff_reports, load_report, render
 from preflight.report.files import write_atomic, write_reports
+from preflight.report.history import digest as history_digest
 
 _positive = positive
 
@@ -92,6 +95,7 @@ def _common_analysis_options(p: argparse.ArgumentParser) -> None:
                    help="extra or overriding platform profile YAML (repeatable)")
     options.add_output(p, skip=("run_id",))
     _report_options(p)
+    store_cli.add_options(p, history=True)
 
 
 def _report_options(p: argparse.ArgumentParser) -> None:
@@ -173,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"where the node keeps its last {healthcheck.KEEP} reports "
                          "(default /var/lib/preflight/healthcheck)")
     hc.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    store_cli.add_options(hc)
 
     pl = sub.add_parser("prolog", help="for slurm.conf Prolog: the fast static checks of this node, in seconds; "
                                        "exit 1 on FAIL (Slurm then drains the node and requeues the job)")
@@ -187,8 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", type=Path, default=Path("/var/lib/preflight/prolog"), metavar="DIR",
                     help=f"where the node keeps its last {healthcheck.KEEP} prolog reports "
                          "(default /var/lib/preflight/prolog)")
+    store_cli.add_options(pl)
 
     drain_cli.add_parsers(sub)
+    store_cli.add_parser(sub)
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need")
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
@@ -202,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("old", type=Path, help="the earlier run directory or its report.json")
     df.add_argument("new", type=Path, help="the later run directory or its report.json")
 
-    soak_cli.add_parser(sub)
+    store_cli.add_options(soak_cli.add_parser(sub))
     return parser
 
 
@@ -210,6 +217,10 @@ def _load_checks(args, scopes: tuple[str, ...] = ("host", "fleet")):
     """The checks of these scopes (a bundle's by default; the soak's are run by its analysis),
     narrowed to ``--checks``."""
     checks = [c for c in load_checks(args.checks_dir) if c.scope in scopes]
+    if not getattr(args, "history", False):
+        # A node's past is judged only when asked for: without --history those checks would
+        # only say "no history" on every node of every report.
+        checks = [c for c in checks if HISTORY_FACT not in c.facts]
     given = getattr(args, "checks", None)
     wanted = [c.strip() for c in given.split(",") if c.strip()] if given is not None else None
     return select(checks, wanted)
@@ -222,7 +233,9 @@ def _checks_for(args, judged):
     checks = _load_checks(args)
     if getattr(args, "checks", None) is None and isinstance(judged, list):
         by_id = {c.id: c for c in checks}
-        checks = [by_id[i] for i in dict.fromkeys(judged) if i in by_id]  # in the run's order
+        ran = [by_id[i] for i in dict.fromkeys(judged) if i in by_id]  # in the run's order
+        # --history judges the past of any bundle, whether or not its own run asked for it.
+        checks = ran + [c for c in checks if HISTORY_FACT in c.facts and c not in ran]
     return checks
 
 
@@ -286,7 +299,11 @@ def run_request(args):
 def cmd_run(args, console: Console) -> int:
 
     baseline = _report_inputs(args)
+    store = store_cli.store_of(args)
     req = run_request(args)
+    if args.history:
+        names = [h.name for h in req.hosts] or [local_host_name()]
+        req = replace(req, histories=store_cli.histories_for(store, names, console))
     hosts = req.hosts
     if args.quiet or not console.is_terminal:
         run_dir, analysis = execute(req)
@@ -301,6 +318,7 @@ def cmd_run(args, console: Console) -> int:
     if not args.quiet:
         terminal.show(analysis, console, str(run_dir))
     _report_extras(args, run_dir, analysis, baseline, console)
+    store_cli.record_report(store, run_dir, console)
     return EXIT_FAILED if analysis.failed else EXIT_OK
 
 
@@ -320,9 +338,20 @@ def analyze_saved(args):
     bundle = read_bundle(root)
     checks = _checks_for(args, bundle.header.get("checks"))
     profiles = _load_profiles(args)
-    analysis = analyze(bundle, checks, profiles, load_knowledge(), args.profile)
-    analysis.meta.update({"run_id": run_id, "created": bundle.created, "preflight_version": __version__,
-                          "bundle": str(root.resolve())})
+    histories = None
+    if getattr(args, "history", False):
+        source = bundle.header.get("run_id") if isinstance(bundle.header.get("run_id"), str) else None
+        histories = store_cli.histories_for(store_cli.store_of(args), list(bundle.hosts), Console(stderr=True),
+                                            exclude_run=source)
+    analysis = analyze(bundle, checks, profiles, load_knowledge(), args.profile, histories=histories)
+    analysis.meta.update({"run_id": run_id, "kind": "analyze", "created": bundle.created,
+                          "preflight_version": __version__, "bundle": str(root.resolve())})
+    if isinstance(bundle.header.get("run_id"), str) and bundle.header["run_id"]:
+        # The results store keys a re-analysis by the run whose evidence it judged: analysing a
+        # recorded run again adds nothing to the node's history (docs/store.md).
+        analysis.meta["source_run_id"] = bundle.header["run_id"]
+    if histories:
+        analysis.meta["history"] = history_digest(analysis, histories)
     write_reports(out, analysis, getattr(args, "html", True))
     return out, analysis
 
@@ -342,17 +371,20 @@ def _analyze_soak(soak_dir: Path, out: Path, args):
                               checks=_load_checks(args, scopes=("soak",)), thresholds=thresholds)
     except SoakDataError as exc:
         raise UsageError(str(exc)) from None
-    analysis.meta.update({"run_id": out.name, "preflight_version": __version__, "soak_dir": str(soak_dir.resolve())})
+    analysis.meta.update({"run_id": out.name, "kind": "analyze", "preflight_version": __version__,
+                          "soak_dir": str(soak_dir.resolve())})
     write_reports(out, analysis, getattr(args, "html", True))
     return analysis
 
 
 def cmd_analyze(args, console: Console) -> int:
     baseline = _report_inputs(args)
+    store = store_cli.store_of(args)
     out, analysis = analyze_saved(args)
     if not args.quiet:
         terminal.show(analysis, console, str(out))
     _report_extras(args, out, analysis, baseline, console)
+    store_cli.record_report(store, out, console)
     return EXIT_FAILED if analysis.failed else EXIT_OK
 
 
@@ -383,6 +415,7 @@ def _report_extras(args, run_dir: Path, analysis, baseline: dict | None, console
 def cmd_merge(args, console: Console) -> int:
     """Merge per-node bundles into ``--out/<run-id>/bundle`` and judge it as ``analyze`` does."""
     baseline = _report_inputs(args)
+    store = store_cli.store_of(args)
     expect = expand_nodes(args.expect, "--expect") if args.expect else None
     sources = read_sources(args.dirs)
     plan = plan_merge(sources, expect)
@@ -391,14 +424,17 @@ def cmd_merge(args, console: Console) -> int:
     checks = _checks_for(args, plan.checks)
     profiles = _load_profiles(args)
     kb = load_knowledge()
+    histories = store_cli.histories_for(store, list(plan.hosts), console) if args.history else None
     run_id = targets.run_id_of(args, "merge-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
     run_dir = args.out / run_id
     created = min(b.created for b in sources)
     write_merged(plan, run_dir / "bundle", created,
                  {"run_id": run_id, "preflight_version": __version__, "local": False})
-    analysis = analyze(read_bundle(run_dir / "bundle"), checks, profiles, kb, args.profile)
-    analysis.meta.update({"run_id": run_id, "created": created, "preflight_version": __version__,
+    analysis = analyze(read_bundle(run_dir / "bundle"), checks, profiles, kb, args.profile, histories=histories)
+    analysis.meta.update({"run_id": run_id, "kind": "merge", "created": created, "preflight_version": __version__,
                           "bundle": "bundle"})
+    if histories:
+        analysis.meta["history"] = history_digest(analysis, histories)
     write_reports(run_dir, analysis, getattr(args, "html", True))
     if not args.quiet:
         if plan.missing:
@@ -406,6 +442,7 @@ def cmd_merge(args, console: Console) -> int:
                           f"{NodeSet.fromlist(plan.missing)}", highlight=False, markup=False)
         terminal.show(analysis, console, str(run_dir))
     _report_extras(args, run_dir, analysis, baseline, console)
+    store_cli.record_report(store, run_dir, console)
     return EXIT_FAILED if analysis.failed else EXIT_OK
 
 
@@ -429,10 +466,16 @@ def cmd_baseline(args, console: Console) -> int:
 
 def cmd_healthcheck(args, console: Console) -> int:
     args.profile = None
+    store = store_cli.store_of(args)
     checks = [c for c in _load_checks(args) if not all(p in PROBES and PROBES[p].active for p in c.probes)]
     probes = probes_for(checks)
     code, analysis, action, run_dir = healthcheck.run_healthcheck(
         probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, args.drain)
+    store_cli.record_report(store, run_dir, console)
+    if action.kind in ("drain", "resume"):
+        store_cli.record_events(store, [{"node": next(iter(analysis.hosts)), "kind": action.kind,
+                                         "actor": "healthcheck", "reason": action.reason or action.why,
+                                         "run_id": run_dir.name}], console)
     if not args.quiet:
         terminal.show(analysis, console, str(run_dir))
         console.print(f"healthcheck: {action.kind}" + (f" ({action.reason})" if action.reason else "")
@@ -442,11 +485,13 @@ def cmd_healthcheck(args, console: Console) -> int:
 
 def cmd_prolog(args, console: Console) -> int:
     args.profile = None
+    store = store_cli.store_of(args)
     checks = _load_checks(args)
     probes = prolog.prolog_probes(probes_for(checks))
-    _, analysis, _, _ = healthcheck.run_healthcheck(
+    _, analysis, _, run_dir = healthcheck.run_healthcheck(
         probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, drain=False,
         mode="prolog")
+    store_cli.record_report(store, run_dir, console)
     return prolog.exit_code(next(iter(analysis.hosts.values())).status)
 
 
@@ -483,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
                 "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge,
                 "baseline": cmd_baseline,
                 "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume,
-                "prolog": cmd_prolog}
+                "prolog": cmd_prolog, "history": store_cli.cmd_history}
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:

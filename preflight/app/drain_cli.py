@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from preflight.app import drain
+from preflight.app import drain, store_cli
 from preflight.app.errors import UsageError
 from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.knowledge.datafile import fraction
@@ -31,9 +31,11 @@ def add_parsers(sub) -> None:
                     help="refuse to drain more than this share of the run's nodes (default 0.1)")
     dr.add_argument("--max-nodes", type=_count, metavar="N", help="and more than N nodes")
     dr.add_argument("--dry-run", action="store_true", help="say what would be drained; change nothing")
+    store_cli.add_options(dr)
     rs = sub.add_parser("resume", help="resume the nodes preflight drained that pass in this run")
     rs.add_argument("run", type=Path, help="a run directory (reports/<run-id>) or its report.json")
     rs.add_argument("--dry-run", action="store_true", help="say what would be resumed; change nothing")
+    store_cli.add_options(rs)
 
 
 def _show(plan: drain.Plan, console: Console, dry_run: bool) -> None:
@@ -43,7 +45,7 @@ def _show(plan: drain.Plan, console: Console, dry_run: bool) -> None:
                       + (f"{a.reason} " if a.reason else "") + f"({a.why})", **PLAIN)
 
 
-def _finish(plan: drain.Plan, args, console: Console) -> int:
+def _finish(plan: drain.Plan, args, console: Console, run_id: str | None = None) -> int:
     _show(plan, console, args.dry_run or bool(plan.refused))
     if plan.refused:
         console.print(f"refused: {plan.refused}; nothing was changed", **PLAIN)
@@ -53,6 +55,10 @@ def _finish(plan: drain.Plan, args, console: Console) -> int:
     complaints = drain.carry_out(plan)
     for c in complaints:
         console.print(f"Slurm refused: {c}", **PLAIN)
+    refused = {c.split(":", 1)[0] for c in complaints}
+    store_cli.record_events(store_cli.store_of(args), [
+        {"node": a.node, "kind": a.kind, "reason": a.reason or a.why, "run_id": run_id, "detail": {"why": a.why}}
+        for a in plan.doing("drain") + plan.doing("resume") if a.node not in refused], console)
     return EXIT_FAILED if complaints else EXIT_OK
 
 
@@ -66,18 +72,20 @@ def _report(args) -> tuple[dict, str]:
 
 
 def cmd_drain(args, console: Console) -> int:
+    store_cli.store_of(args)  # a bad --db is refused before Slurm is asked anything
     report, run_id = _report(args)
     states = drain.states_of(drain.blamed(report, args.min_confidence))
     plan = drain.plan_drain(report, states, run_id, args.min_confidence, args.max_fraction, args.max_nodes)
     if not plan.actions:
         console.print(f"nothing to drain: no {args.min_confidence}-confidence diagnosis blames a node",
                       markup=False, highlight=False, soft_wrap=True)
-    return _finish(plan, args, console)
+    return _finish(plan, args, console, run_id)
 
 
 def cmd_resume(args, console: Console) -> int:
-    report, _ = _report(args)
+    store_cli.store_of(args)
+    report, run_id = _report(args)
     plan = drain.plan_resume(report, drain.states_of(report["hosts"]))
     if not plan.actions:
         console.print("nothing to resume: no node of this run is drained", **PLAIN)
-    return _finish(plan, args, console)
+    return _finish(plan, args, console, run_id)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -94,6 +95,7 @@ def run_healthcheck(probes, checks, profiles, kb, out: Path, budget_s: float, no
     run_id = f"{mode}-" + new_run_id()
     run_dir = out / run_id
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
     plan = plan_for(probes, budget_s)
     writer = BundleWriter(run_dir / "bundle", [name], created,
                           {"run_id": run_id, "preflight_version": __version__, "probes": [p.id for p in plan.probes],
@@ -113,7 +115,8 @@ def run_healthcheck(probes, checks, profiles, kb, out: Path, budget_s: float, no
             complaint = set_state(name, "DRAIN" if action.kind == "drain" else "RESUME", action.reason)
             if complaint:
                 action = Action("none", why=f"{action.kind} refused by Slurm: {complaint}")
-    analysis.meta.update({"run_id": run_id, "created": created, "preflight_version": __version__,
+    analysis.meta.update({"run_id": run_id, "kind": mode, "created": created, "preflight_version": __version__,
+                          "launcher": "local", "duration_s": round(time.monotonic() - t0, 3),
                           "bundle": "bundle", "healthcheck": {"action": action.kind, "reason": action.reason,
                                                               "why": action.why,
                                                               "slurm_node_is_healthy":

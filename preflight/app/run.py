@@ -8,6 +8,7 @@ as they are complete (``judge.incremental``), so judging overlaps the rest of th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -30,8 +31,9 @@ from preflight.judge.analyze import HostJudgement
 from preflight.judge.incremental import IncrementalJudge
 from preflight.judge.loader import CheckLoadError
 from preflight.knowledge.profiles import Profile
-from preflight.model import Analysis, Check, Host, ProbeResult
+from preflight.model import Analysis, Check, Host, HostHistory, ProbeResult
 from preflight.report.files import write_reports
+from preflight.report.history import digest as history_digest
 
 
 def probes_for(checks: list[Check], options: Mapping[str, Any] | None = None) -> tuple[Probe, ...]:
@@ -62,6 +64,8 @@ class RunRequest:
     html: bool = True  # write report.html beside the other reports
     multinode: MultinodeOptions | None = None  # --nccl-multinode: after the per-host probes (mpirun or srun)
     slurm: SlurmOptions | None = None  # --slurm: the hosts are Slurm nodes, probed by srun tasks
+    # --history: the nodes' past from the results store, for the checks that read it
+    histories: Mapping[str, HostHistory] | None = None
 
 
 def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = None,
@@ -74,6 +78,7 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
     local = not req.hosts
     names = [local_host_name()] if local else [h.name for h in req.hosts]
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
     meta = {"run_id": req.run_id, "preflight_version": __version__, "probes": [p.id for p in req.plan.probes],
             "checks": [c.id for c in req.checks], "local": local}
     slurm = None
@@ -90,7 +95,7 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
 
     # Each host is judged as soon as its last record is saved, while the others are still being
     # probed; only the fleet checks, the diagnosis and the reports wait for the whole fleet.
-    early = IncrementalJudge(req.checks, req.profiles, meta["probes"], req.forced_profile, judged)
+    early = IncrementalJudge(req.checks, req.profiles, meta["probes"], req.forced_profile, judged, req.histories)
 
     def on_result(result: ProbeResult) -> None:
         writer.add(result)
@@ -117,8 +122,11 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
     finally:
         early.close()
 
-    analysis = analyze(bundle, req.checks, req.profiles, req.kb, req.forced_profile, judged)
-    analysis.meta.update({"run_id": req.run_id, "created": created, "preflight_version": __version__,
-                          "bundle": "bundle"})
+    analysis = analyze(bundle, req.checks, req.profiles, req.kb, req.forced_profile, judged, req.histories)
+    analysis.meta.update({"run_id": req.run_id, "kind": "run", "created": created, "preflight_version": __version__,
+                          "launcher": "slurm" if req.slurm else ("local" if local else "ssh"),
+                          "duration_s": round(time.monotonic() - t0, 3), "bundle": "bundle"})
+    if req.histories:
+        analysis.meta["history"] = history_digest(analysis, req.histories)
     write_reports(run_dir, analysis, req.html)
     return run_dir, analysis

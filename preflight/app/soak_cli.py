@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from preflight.app import load_options as load
-from preflight.app import options, targets
+from preflight.app import options, store_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.collect.local import local_host_name
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -221,6 +221,7 @@ def cmd_soak(args, console: Console) -> int:
         else:
             plan = plan_from_args(args, local_host_name(), args.run_id)
         slos = slos_of(args)
+        store = store_cli.store_of(args)
         if plan.slurm is not None and not args.attach:
             # Node states and allocations before anything is written: a request Slurm refuses
             # exits 2 and leaves nothing behind.
@@ -239,4 +240,6 @@ def cmd_soak(args, console: Console) -> int:
         return EXIT_INTERRUPTED
     failed = analyze_and_show(outcome, console, slos, args.slo_budget) if outcome.merged["hosts"] else True
     console.print(f"soak data: {outcome.run_dir}", highlight=False, markup=False)
+    if (outcome.run_dir / "report.json").is_file():
+        store_cli.record_report(store, outcome.run_dir, console)
     return EXIT_FAILED if failed or outcome.failed else EXIT_OK

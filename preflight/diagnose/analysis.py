@@ -12,11 +12,13 @@ from preflight.diagnose.engine import KnowledgeBase, diagnose
 from preflight.evidence.bundle import Bundle
 from preflight.judge.analyze import HostJudgement, judge
 from preflight.knowledge.profiles import Profile
-from preflight.model import Analysis, Check
+from preflight.model import Analysis, Check, HostHistory
 
 
 def analyze(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], kb: KnowledgeBase,
-            forced_profile: str | None = None, judged: Mapping[str, HostJudgement] | None = None) -> Analysis:
-    """``judged``: hosts a run already judged on the records the bundle holds (``judge.incremental``)."""
-    hosts, findings = judge(bundle, checks, profiles, forced_profile, judged)
+            forced_profile: str | None = None, judged: Mapping[str, HostJudgement] | None = None,
+            histories: Mapping[str, HostHistory] | None = None) -> Analysis:
+    """``judged``: hosts a run already judged on the records the bundle holds (``judge.incremental``);
+    ``histories``: each node's past from the results store (``--history``)."""
+    hosts, findings = judge(bundle, checks, profiles, forced_profile, judged, histories)
     return Analysis(hosts, findings, diagnose(findings, kb), checks)

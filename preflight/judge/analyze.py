@@ -16,9 +16,10 @@ from preflight.contracts import SLURM_ERROR
 from preflight.evidence.bundle import Bundle, reachability
 from preflight.judge.census import COMMANDS
 from preflight.judge.context import EvidenceMissing, FleetContext, HostContext
+from preflight.judge.figures import HISTORY_FACT, readings_of
 from preflight.judge.outcomes import CheckOutputError, outcomes_of
 from preflight.knowledge.profiles import GENERIC, Profile, detect
-from preflight.model import Check, Evidence, Finding, HostVerdict, ProbeResult, Status, worst
+from preflight.model import Check, Evidence, Finding, HostHistory, HostVerdict, ProbeResult, Status, worst
 
 CONNECTIVITY = "connectivity"
 PROBES = "probes"
@@ -46,10 +47,15 @@ def verdict_word(status: Status) -> str:
 
 
 def judge_host(host: str, records: Mapping[str, ProbeResult], checks: list[Check], profiles: dict[str, Profile],
-               planned: Sequence[str] = (), forced_profile: str | None = None) -> HostJudgement:
+               planned: Sequence[str] = (), forced_profile: str | None = None,
+               history: HostHistory | None = None) -> HostJudgement:
     """Every host check on one host's records (``planned``: the probe ids the run meant to record).
     Needs nothing from the other hosts, so a run can call it the moment a host's last record
-    arrives; ``judge`` calls it for each host of a bundle."""
+    arrives; ``judge`` calls it for each host of a bundle.
+
+    ``history``: the node's past from the results store (``run --history``). The checks that
+    read it (``facts=["history"]``) run after the host's other checks, so that they see this
+    run's own readings (``host.readings``: the figures those checks measured) beside the past."""
     reachable, why = reachability(records)
     if not reachable:
         # No record at all means the run stopped before this host (the controller died):
@@ -63,23 +69,34 @@ def judge_host(host: str, records: Mapping[str, ProbeResult], checks: list[Check
         findings.extend(Finding(c.id, host, Status.ERROR, f"not checked: {short}")
                         for c in checks if c.scope == "host")
         return HostJudgement(host, findings, profiles[GENERIC].chosen(short), None)
-    ctx = HostContext(host, dict(records), profiles[GENERIC])
+    ctx = HostContext(host, dict(records), profiles[GENERIC], past=history)
     ctx.profile = _profile_for(ctx, profiles, forced_profile)
     findings = [Finding(CONNECTIVITY, host, Status.PASS, "connected"), _probe_health(ctx, planned)]
+    later = [c for c in checks if c.scope == "host" and HISTORY_FACT in c.facts]
     for check in checks:
-        if check.scope == "host":
+        if check.scope == "host" and check not in later:
+            findings.extend(_run_host_check(check, ctx))
+    if later:
+        ctx.readings = readings_of(findings)
+        ctx.verdicts = {f.check: f.status in (Status.FAIL, Status.ERROR) for f in findings
+                        if f.status is not Status.SKIP and f.check not in (CONNECTIVITY, PROBES)}
+        for check in later:
             findings.extend(_run_host_check(check, ctx))
     return HostJudgement(host, findings, ctx.profile, ctx)
 
 
 def judge(bundle: Bundle, checks: list[Check], profiles: dict[str, Profile], forced_profile: str | None = None,
-          judged: Mapping[str, HostJudgement] | None = None) -> tuple[dict[str, HostVerdict], list[Finding]]:
-    """Per-host verdicts and every finding, from the bundle alone. ``judged``: hosts already
-    judged on exactly the records the bundle holds for them (``preflight run`` judges each host
-    while the others are still being probed); every other host is judged here."""
+          judged: Mapping[str, HostJudgement] | None = None,
+          histories: Mapping[str, HostHistory] | None = None) -> tuple[dict[str, HostVerdict], list[Finding]]:
+    """Per-host verdicts and every finding, from the bundle (and, when given, each node's past
+    from the results store). ``judged``: hosts already judged on exactly the records the bundle
+    holds for them (``preflight run`` judges each host while the others are still being probed);
+    every other host is judged here."""
     planned = bundle.header.get("probes") or []
     judged = judged or {}
-    per_host = [judged.get(host) or judge_host(host, bundle.probes_of(host), checks, profiles, planned, forced_profile)
+    histories = histories or {}
+    per_host = [judged.get(host) or judge_host(host, bundle.probes_of(host), checks, profiles, planned, forced_profile,
+                                               histories.get(host))
                 for host in bundle.hosts]
     findings = [f for j in per_host for f in j.findings]
     if not bundle.hosts:

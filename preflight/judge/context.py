@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from preflight.judge.facts import FACTS
 from preflight.judge.missing import EvidenceMissing, why_missing
 from preflight.knowledge.profiles import Profile
-from preflight.model import Evidence, ProbeResult
+from preflight.model import Evidence, HostHistory, ProbeResult
 
 __all__ = ["EvidenceMissing", "FleetContext", "HostContext", "why_missing"]
 
@@ -25,6 +25,11 @@ class HostContext:
     name: str
     probes: dict[str, ProbeResult]
     profile: Profile
+    # The node's past from the results store (the ``history`` fact reads it), and this run's own
+    # figures, filled in before the checks that read the history run (judge.analyze.judge_host).
+    past: HostHistory | None = None
+    readings: dict[str, float] = field(default_factory=dict)
+    verdicts: dict[str, bool] = field(default_factory=dict)  # check -> failed (fail or error) in this run
 
     def result(self, probe: str) -> ProbeResult | None:
         return self.probes.get(probe)

@@ -373,3 +373,14 @@ def _ib_counters(ctx: HostContext) -> ib_counters.CounterSnapshot:
 def _ib_counters_after(ctx: HostContext) -> ib_counters.CounterSnapshot:
     """The same reading taken after the active tests: what grew while the fabric was loaded."""
     return _parsed(ctx, ib_counters.parse_ib_counters, IB_COUNTERS_AFTER)[1]
+
+
+@fact("history")
+def _history(ctx: HostContext):
+    """``HostHistory``: the node's earlier runs, causes, failed checks and figures from the
+    results store, with the fleet's run-to-run spread of each figure (``run``/``analyze
+    --history``); this run's own figures are ``host.readings``."""
+    if ctx.past is None:
+        raise EvidenceMissing("no history of this node in the results store (judged with --history?)",
+                              collected=False)
+    return ctx.past

@@ -21,17 +21,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from preflight.evidence.bundle import Bundle
 from preflight.judge.analyze import HostJudgement, judge_host
 from preflight.knowledge.profiles import Profile
-from preflight.model import Check, ProbeResult
+from preflight.model import Check, HostHistory, ProbeResult
 
 
 class IncrementalJudge:
     """``offer`` a host's records as each result is saved; ``judged(bundle)`` at the end."""
 
     def __init__(self, checks: list[Check], profiles: dict[str, Profile], planned: Sequence[str],
-                 forced_profile: str | None = None, on_judged: Callable[[HostJudgement], None] | None = None):
+                 forced_profile: str | None = None, on_judged: Callable[[HostJudgement], None] | None = None,
+                 histories: Mapping[str, HostHistory] | None = None):
         """``on_judged`` sees each judgement once it is made (the live view's early verdicts), on
-        the judging thread."""
+        the judging thread; ``histories``: each node's past (``--history``)."""
         self._args = (checks, profiles, tuple(planned), forced_profile)
+        self._histories = histories or {}
         self._on_judged = on_judged
         self._planned = frozenset(planned)
         # One thread: judging is CPU work under the GIL, so more would only contend, and one
@@ -52,7 +54,7 @@ class IncrementalJudge:
             if earlier and _same(earlier[0], records):
                 return
             snapshot = dict(records)  # the writer keeps adding; the judge reads only this copy
-            future = self._pool.submit(judge_host, host, snapshot, *self._args)
+            future = self._pool.submit(judge_host, host, snapshot, *self._args, self._histories.get(host))
             self._pending[host] = (snapshot, future)
         if self._on_judged is not None:
             future.add_done_callback(self._report)

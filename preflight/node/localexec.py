@@ -37,7 +37,9 @@ class LocalRun:
 
 def now_iso():
     # datetime.now(timezone.utc).isoformat(timespec="seconds"), without importing datetime on the node.
-    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    # time.time(), not gmtime()'s own clock: that is C's time(), which glibc reads from the coarse
+    # clock, up to a tick behind, so a stamp taken just after a second began could name the one before.
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time()))
 
 
 def _exit_code(status):

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from html import escape
 
 from preflight.model import Analysis, Finding, Status
+from preflight.report.sparkline import sparkline_svg
 
 _ORDER = ("fail", "error", "warn", "pass", "skip")
 # Inventory-like data keys whose values group hosts: versions, firmware, models. (The
@@ -110,6 +111,8 @@ def render(analysis: Analysis, plots: Mapping[str, bytes] | None = None) -> str:
             _summary(analysis), _diagnoses(analysis, ids), _fleet(analysis, ids), _hosts_table(analysis, ids)]
     if meta.get("soak") or plots:
         body.append(_soak(meta.get("soak") or {}, plots, ids))
+    if meta.get("history"):
+        body.append(_history(meta["history"], ids))
     body.append(_host_sections(analysis, ids))
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{_CSP}\">\n"
@@ -133,6 +136,8 @@ def _nav(analysis: Analysis, plots: Mapping[str, bytes]) -> str:
     links = [("summary", "Summary"), ("diagnoses", "Diagnoses"), ("fleet", "Fleet"), ("hosts", "Hosts")]
     if analysis.meta.get("soak") or plots:
         links.append(("soak", "Soak"))
+    if analysis.meta.get("history"):
+        links.append(("history", "History"))
     links.append(("findings", "Findings by host"))
     return "<nav>" + "".join(f'<a href="#{a}">{t}</a>' for a, t in links) + "</nav>"
 
@@ -243,6 +248,25 @@ def _hosts_table(analysis: Analysis, ids: _Ids) -> str:
         out.append(f'<tr><td class="nw"><a href="#{ids.host[host]}">{_e(host)}</a>{reach}</td>'
                    f'<td>{_badge(v.status)}</td>'
                    f'<td class="nw" title="{_e(v.profile_why)}">{_e(v.profile)}</td><td>{links}</td></tr>')
+    out.append("</table></section>")
+    return "".join(out)
+
+
+def _history(history: dict, ids: _Ids) -> str:
+    """Each node that did not pass, with its past verdicts (oldest first) and a sparkline of its
+    key figure, this run's reading last (report.json's ``history``, from the results store)."""
+    out = ['<section id="history"><h2>History</h2><p class="muted">Nodes that did not pass, against their '
+           'recent past in the results store (--history).</p><table><tr><th>host</th><th>past verdicts</th>'
+           '<th>figure</th><th>readings</th></tr>']
+    for host, h in sorted(history.items()):
+        runs = h.get("runs") or []
+        verdicts = "".join(f'<span title="{_e(t)}">{_badge(s)}</span>' for t, s in runs) or "-"
+        values = [v for v in h.get("values") or () if isinstance(v, (int, float))]
+        figure = (f'{_e(h.get("label", h.get("figure", "")))} ({_e(h.get("unit", ""))})' if values else "-")
+        last = f' {values[-1]:g}' if values else ""
+        link = f'<a href="#{ids.host[host]}">{_e(host)}</a>' if host in ids.host else _e(host)
+        out.append(f'<tr><td class="nw">{link}</td><td>{verdicts}</td><td>{figure}</td>'
+                   f'<td class="nw">{sparkline_svg(values) if values else "-"}{_e(last)}</td></tr>')
     out.append("</table></section>")
     return "".join(out)
 

@@ -81,7 +81,9 @@ def analyze_and_show(outcome: SoakOutcome, console: Console, slos: tuple = (), s
     except SoakDataError as exc:
         console.print(f"soak analysis: cannot read {outcome.run_dir}: {exc}", highlight=False, markup=False)
         return True
-    analysis.meta.update({"run_id": outcome.run_dir.name, "soak_dir": str(outcome.run_dir)})
+    analysis.meta.update({"run_id": outcome.run_dir.name, "kind": "soak", "soak_dir": str(outcome.run_dir)})
+    if isinstance(outcome.merged.get("started"), str):
+        analysis.meta.setdefault("created", outcome.merged["started"])
     write_reports(outcome.run_dir, analysis)
     terminal.show(analysis, console, str(outcome.run_dir))
     return analysis.failed

@@ -83,7 +83,18 @@ def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float,
     parts = broken + ([drift] if drift else []) + notes
     text = ("; ".join(parts) + "; " if parts else ("every SLO held; " if slos else "")) + _goodput_text(wide) + summary
     data.update(run_rates_of(wide))
+    data.update(window_medians(wide))
     return Outcome(verdict, text, tuple(symptoms), tuple(evidence), data, host)
+
+
+def window_medians(wide: pd.DataFrame) -> dict[str, float]:
+    """The windows' median TTFT/TPOT P50 and P99, as figures the results store trends run after run."""
+    out = {}
+    for metric in ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"):
+        values = wide[metric].dropna() if metric in wide else pd.Series(dtype=float)
+        if not values.empty:
+            out[metric] = round(float(values.median()), 3)
+    return out
 
 
 def run_rates(rows: pd.DataFrame) -> dict[str, float]:

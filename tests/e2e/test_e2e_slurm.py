@@ -108,7 +108,7 @@ def test_healthy_nodes_pass_under_slurm_all_reduce_included(cluster, tmp_path):
     assert elapsed < 60
 
 
-def test_the_faulty_fleet_gets_the_same_verdicts_through_slurm_as_over_ssh(cluster, tmp_path):
+def test_the_faulty_fleet_gets_the_same_verdicts_through_slurm_as_over_ssh(cluster, tmp_path, capsys):
     hosts = ["gpu01", "gpu02", *FAULTY]
     code_ssh, over_ssh, ssh_s = run(tmp_path, "ssh", "--quick", *ssh(cluster, *hosts))
     # Seven nodes in jobs of at most four: two allocations, judged as one fleet.
@@ -122,6 +122,18 @@ def test_the_faulty_fleet_gets_the_same_verdicts_through_slurm_as_over_ssh(clust
     ssh_findings, ssh_diagnoses = comparable(over_ssh)
     assert slurm_diagnoses == ssh_diagnoses
     assert slurm_findings == ssh_findings
+    # Both runs landed in the embedded results store (this test's own, tests/conftest.py), each
+    # with its launcher, and the node's history reads them back.
+    capsys.readouterr()
+    assert main(["history", "gpu05", "--since", "1d", "--json"]) == 0
+    timeline = json.loads(capsys.readouterr().out)
+    assert [(r["run_id"], r["launcher"], r["status"]) for r in timeline["runs"]] == [
+        ("ssh", "ssh", "fail"), ("slurm", "slurm", "fail")]
+    assert all([c["cause"] for c in r["causes"]] == ["nvlink-down"] for r in timeline["runs"])
+    assert main(["history", "--fleet", "--since", "1d", "--json"]) == 0
+    fleet = json.loads(capsys.readouterr().out)
+    assert fleet["runs"] == 2 and fleet["host_runs"] == 14
+    assert {r["cause"]: r["failures"] for r in fleet["rates"] if "cause" in r}["nvlink-down"] == 2
     print(f"\n7 nodes --quick: over SSH {ssh_s:.1f} s, through Slurm {slurm_s:.1f} s; cluster up in {cluster.up_s:.1f} s")
 
 

@@ -1,0 +1,282 @@
+"""The results store on the command line: ``--db``/``--no-db`` on every command that judges or
+changes a node, the recording of each finished report, and ``preflight history``.
+
+Recording never costs a verdict: it runs after the reports are on disk, and a store that is
+down, locked, full or of another schema is a warning naming it, with the command that records
+the run later (``preflight history import``). The history commands, whose whole job is the
+store, exit 2 on the same faults instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+
+from preflight.app import history_view
+from preflight.app.errors import UsageError
+from preflight.contracts import EXIT_OK
+from preflight.judge.trends import Policy
+from preflight.report.files import write_atomic
+from preflight.report.fleet_html import render_fleet
+from preflight.store import Store, StoreError, StoreUrl, StoreUrlError, chosen, location
+from preflight.store.read import UnknownNode, Window, fleet, host_histories, node_history
+from preflight.store.rows import ReportShapeError, rows_of
+from preflight.store.series import fleet_series
+
+PLAIN = {"markup": False, "highlight": False, "soft_wrap": True}
+WRITE_TIMEOUT_S = 10.0  # a store slower than this is skipped with a warning: the verdict is already on disk
+_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+HISTORY_WINDOW_S = 90 * 86400  # the past a --history judgement reads: a season of daily runs
+
+
+def add_options(p: argparse.ArgumentParser, history: bool = False) -> None:
+    g = p.add_argument_group("results store", f"every verdict is kept for `preflight history` (default: "
+                             f"{location.default_url().replace(str(Path.home()), '~')}, or ${location.ENV})")
+    g.add_argument("--db", metavar="URL", help="sqlite:///PATH or postgresql://[USER@]HOST/DBNAME "
+                   "(a password is better kept in ~/.pgpass than in the URL)")
+    g.add_argument("--no-db", action="store_true", help="record nothing")
+    if history:
+        g.add_argument("--history", action="store_true",
+                       help="also judge each node against its own past in the store: repeat offenders (the same "
+                            "cause in 3 incidents in 7 days), flapping checks, figures getting worse beyond the "
+                            "fleet's run-to-run spread (checks history-repeat, history-flapping, history-trend)")
+
+
+def store_of(args) -> StoreUrl | None:
+    """The store the command records into; a URL that cannot name a store is bad usage (exit 2,
+    before anything runs)."""
+    try:
+        return chosen(getattr(args, "db", None), getattr(args, "no_db", False))
+    except StoreUrlError as exc:
+        raise UsageError(f"--db / ${location.ENV}: {exc}") from None
+
+
+def histories_for(url: StoreUrl | None, nodes: list[str], console: Console, exclude_run: str | None = None):
+    """The nodes' past for ``--history``; an empty one, with a warning, when the store cannot be
+    read (the history checks then say there is none: the run itself goes on)."""
+    if url is None:
+        raise UsageError("--history reads the results store: not with --no-db or an empty $PREFLIGHT_DB")
+    try:
+        with Store.open(url, create=False, timeout_s=WRITE_TIMEOUT_S) as store:
+            return host_histories(store, nodes, Window(time.time() - HISTORY_WINDOW_S), exclude_run)
+    except StoreError as exc:
+        if "does not exist" not in str(exc):
+            warn(console, f"results store {url.shown}: no history read: {location.scrub(str(exc), url)}")
+        return {}
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command as typed, with any store URL's password masked."""
+    words = list(sys.argv if argv is None else argv)
+    words[0] = os.path.basename(words[0]) if words else "preflight"
+    return " ".join(location.mask(w) if "://" in w else w for w in words)
+
+
+def _open_for_write(url: StoreUrl) -> Store:
+    if url.dialect == location.SQLITE and url.target == location.default_url()[len("sqlite:///"):]:
+        os.makedirs(Path(url.target).parent, mode=0o700, exist_ok=True)
+    return Store.open(url, create=True, timeout_s=WRITE_TIMEOUT_S)
+
+
+def warn(console: Console, text: str) -> None:
+    Console(stderr=True, soft_wrap=True).print(f"preflight: warning: {text}", **PLAIN)
+
+
+def record_report(url: StoreUrl | None, run_dir: Path, console: Console, command: str | None = None) -> bool:
+    """Record ``run_dir/report.json``; a warning (never an exception) when the store cannot take it."""
+    if url is None:
+        return False
+    path = run_dir / "report.json"
+    try:
+        report = json.loads(path.read_text())
+        rows = rows_of(report, started_fallback=path.stat().st_mtime,
+                       command=command_line() if command is None else command)
+        with _open_for_write(url) as store:
+            store.record(rows)
+        return True
+    except (StoreError, ReportShapeError, OSError, ValueError) as exc:
+        warn(console, f"results store {url.shown}: not recorded: {location.scrub(str(exc), url)}; the reports "
+                      f"are in {run_dir}; record them later with `preflight history import {run_dir}`")
+        return False
+
+
+def actor() -> str:
+    """Who made a change: the person behind sudo when there is one."""
+    user = os.environ.get("SUDO_USER")
+    if not user:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = str(os.getuid())
+    return user
+
+
+def record_events(url: StoreUrl | None, events: list[dict], console: Console) -> None:
+    """Drains and resumes, with who, why and the run; a warning when the store cannot take them."""
+    if url is None or not events:
+        return
+    try:
+        with _open_for_write(url) as store:
+            for e in events:
+                store.add_event(e["node"], e["kind"], e.get("actor") or actor(), e.get("reason") or "",
+                                e.get("run_id"), json.dumps(e.get("detail") or {}))
+    except (StoreError, OSError) as exc:
+        warn(console, f"results store {url.shown}: {len(events)} event(s) not recorded: "
+                      f"{location.scrub(str(exc), url)}")
+
+
+# ---- preflight history -----------------------------------------------------------------------
+
+def since_of(text: str, now: float | None = None) -> float:
+    """``30d``, ``12h``, ``2w``, ``90m`` back from now, or a date / ISO time (UTC when naive)."""
+    now = time.time() if now is None else now
+    if m := _SINCE.match(text):
+        return now - float(m.group(1)) * _UNIT_S[m.group(2)]
+    try:
+        t = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(f"--since: {text!r} is neither a duration (30d, 12h, 2w, 90m) nor a date "
+                         "(2026-11-01 or 2026-11-01T06:00)") from None
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def add_parser(sub) -> None:
+    h = sub.add_parser(
+        "history", help="what the store remembers: a node's timeline, the fleet's repeat offenders, flapping "
+                        "checks, degrading figures and failure rates; also `history import DIR...` and "
+                        "`history migrate`",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  preflight history gpu017 --since 14d\n  preflight history --fleet --json\n"
+               "  preflight history --fleet --html fleet.html\n  preflight history import reports/\n"
+               "  preflight history migrate --db postgresql://pf@db01/preflight")
+    h.add_argument("target", nargs="*", metavar="NODE | import DIR... | migrate",
+                   help="a node's timeline; `import DIR...` records saved runs (a run directory, a report.json "
+                        "or a folder of runs; idempotent by run id); `migrate` brings the store's schema up to date")
+    h.add_argument("--fleet", action="store_true", help="the fleet's questions instead of one node's timeline")
+    h.add_argument("--since", default="30d", help="how far back: 30d, 12h, 2w, or a date (default 30d)")
+    h.add_argument("--json", action="store_true", help="print JSON (the keys are a contract: docs/store.md)")
+    h.add_argument("--html", metavar="FILE", type=Path, help="--fleet: also write a fleet page")
+    h.add_argument("--repeat", type=int, default=Policy.repeat_count, metavar="K",
+                   help=f"incidents of one cause that make a repeat offender (default {Policy.repeat_count})")
+    h.add_argument("--flaps", type=int, default=Policy.flap_transitions, metavar="N",
+                   help=f"fail/pass changes of one check that make it flapping (default {Policy.flap_transitions})")
+    h.add_argument("--sigmas", type=float, default=Policy.sigmas, metavar="Z",
+                   help="fleet run-to-run spreads a figure must move to count as degrading "
+                        f"(default {Policy.sigmas:g})")
+    h.add_argument("--db", metavar="URL", help=f"the store (default ${location.ENV}, else the embedded SQLite file)")
+
+
+def _open_for_read(args, create: bool = False, migrate: bool = False) -> Store:
+    try:
+        url = chosen(args.db)
+    except StoreUrlError as exc:
+        raise UsageError(f"--db / ${location.ENV}: {exc}") from None
+    if url is None:
+        raise UsageError(f"${location.ENV} is empty (no store); name one with --db")
+    try:
+        return Store.open(url, create=create, migrate=migrate)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_history(args, console: Console) -> int:
+    target = list(args.target)
+    if target[:1] == ["import"]:
+        return _import(args, target[1:], console)
+    if target[:1] == ["migrate"]:
+        return _migrate(args, console)
+    if args.fleet == bool(target):
+        raise UsageError("history: name one NODE, or give --fleet" if not target else
+                         "history: a NODE or --fleet, not both")
+    if len(target) > 1:
+        raise UsageError(f"history: one node at a time (got {len(target)}: {' '.join(target)})")
+    if args.html and not args.fleet:
+        raise UsageError("--html: the fleet page comes with --fleet")
+    if args.html and not args.html.parent.is_dir():
+        raise UsageError(f"--html: {args.html.parent}: no such directory")
+    for name in ("repeat", "flaps"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name}: {getattr(args, name)} is not a positive count")
+    window = Window(since_of(args.since), time.time())
+    policy = Policy(repeat_count=args.repeat, flap_transitions=args.flaps, sigmas=args.sigmas)
+    with _open_for_read(args) as store:
+        try:
+            result = fleet(store, window, policy) if args.fleet else node_history(store, target[0], window)
+        except UnknownNode as exc:
+            raise UsageError(str(exc)) from None
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
+        if args.html:
+            write_atomic(args.html, render_fleet(result, fleet_series(store, window, result)))
+    if args.json:
+        console.print_json(data=result) if console.is_terminal else print(json.dumps(result, indent=1))
+    else:
+        history_view.show(result, console, fleet=args.fleet)
+    return EXIT_OK
+
+
+def _reports_under(paths: list[Path]) -> list[Path]:
+    found = []
+    for p in paths:
+        if p.is_file():
+            found.append(p)
+        elif (p / "report.json").is_file():
+            found.append(p / "report.json")
+        elif p.is_dir():
+            found += sorted(p.glob("*/report.json"))
+        else:
+            raise UsageError(f"history import: {p}: no such file or directory")
+    return found
+
+
+def _import(args, paths: list[str], console: Console) -> int:
+    if not paths:
+        raise UsageError("history import: name the run directories, report.json files or reports/ folders")
+    reports = _reports_under([Path(p) for p in paths])
+    # Read and check every report before the first write: a bad one refuses the import whole.
+    rows = []
+    for path in reports:
+        try:
+            rows.append(rows_of(json.loads(path.read_text()), started_fallback=path.stat().st_mtime))
+        except (ReportShapeError, ValueError, OSError) as exc:
+            raise UsageError(f"history import: {path}: {exc}") from None
+    added = 0
+    with _open_for_read(args, create=True) as store:
+        for r in rows:
+            try:
+                added += store.record(r)
+            except StoreError as exc:
+                raise UsageError(f"history import: {r.run.run_id}: {exc} ({added} run(s) recorded before)") from None
+        shown = store.url.shown
+    console.print(f"recorded {added} run(s) in {shown}; {len(rows) - added} already there", **PLAIN)
+    return EXIT_OK
+
+
+def _migrate(args, console: Console) -> int:
+    try:
+        url = chosen(args.db)
+    except StoreUrlError as exc:
+        raise UsageError(f"--db / ${location.ENV}: {exc}") from None
+    if url is None:
+        raise UsageError(f"${location.ENV} is empty (no store); name one with --db")
+    try:
+        with Store.connect(url, create=True) as store:
+            before = store.version()
+            applied = store.migrate()
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+    console.print(f"{url.shown}: schema version {before}" + (f" -> {applied[-1]}" if applied else
+                                                              " (up to date)"), **PLAIN)
+    return EXIT_OK

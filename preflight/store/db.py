@@ -1,0 +1,326 @@
+"""One results store over SQLite or PostgreSQL: open it (creating or checking its schema),
+write a run's rows in one transaction, read rows back. Queries are written once with ``?``
+placeholders and bound parameters only; host names, summaries and reasons are data, never SQL.
+
+Why the DB-API drivers (the standard library's ``sqlite3``, psycopg 3) and not SQLAlchemy and
+Alembic: the store is a dozen statements that both engines already share (``ON CONFLICT``,
+window functions, the same types but two), so a dialect layer would buy little; ``healthcheck``
+and ``prolog`` open the store on every node every few minutes, where SQLAlchemy's import alone
+costs more than the write; and a SQLite store then needs nothing beyond Python. The schema's
+migrations are numbered statement lists (``schema.py``), applied under a lock, which is the
+part of Alembic a store with one linear history uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from preflight.store import schema
+from preflight.store.location import POSTGRES, SQLITE, StoreUrl, scrub
+from preflight.store.rows import Rows
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# PostgreSQL's SQLSTATEs worth another try: too many connections, starting up, serialization
+# failure, deadlock. 1,000 healthchecks landing in one minute meet the first of them.
+_RETRY_STATES = {"53300", "57P03", "40001", "40P01"}
+_MIGRATION_LOCK = 0x7072_6566  # the advisory lock key taken while migrating ("pref")
+
+
+class StoreError(Exception):
+    """The store could not be used; the message names it (its password masked)."""
+
+
+class StoreUnavailable(StoreError):
+    """Down, refusing, locked past the busy timeout, read-only or full."""
+
+
+class StoreCorrupt(StoreError):
+    """Not a database, or a damaged one."""
+
+
+class SchemaMismatch(StoreError):
+    """The store's schema is not the one this preflight reads."""
+
+    def __init__(self, message: str, found: int, expected: int):
+        super().__init__(message)
+        self.found, self.expected = found, expected
+
+
+class Store:
+    def __init__(self, url: StoreUrl, conn, timeout_s: float):
+        self.url, self.conn, self.timeout_s = url, conn, timeout_s
+        self.dialect = url.dialect
+
+    # ---- opening ------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, url: StoreUrl, *, create: bool = True, migrate: bool = False, timeout_s: float = 10.0) -> Store:
+        """Connect and check the schema. ``create``: an empty store gets the current schema (the
+        embedded default needs no set-up); ``migrate``: an older one is brought up to date.
+        Otherwise a store at another version raises SchemaMismatch, naming both versions."""
+        store = cls.connect(url, create=create, timeout_s=timeout_s)
+        try:
+            store._check_schema(create, migrate)
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    @classmethod
+    def connect(cls, url: StoreUrl, *, create: bool = True, timeout_s: float = 10.0) -> Store:
+        """A connection whose schema is not checked yet: for ``migrate`` alone."""
+        return cls(url, _connect(url, timeout_s, create), timeout_s)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- statements ---------------------------------------------------------------------------
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self.dialect == POSTGRES else sql
+
+    def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
+        with self._errors():
+            cur = self.conn.execute(self._sql(sql), tuple(params))
+            out = cur.fetchall()
+            if self.dialect == POSTGRES:
+                self.conn.rollback()  # a read leaves no transaction open on the server
+            return out
+
+    @contextlib.contextmanager
+    def transaction(self, lock: bool = False) -> Iterator[None]:
+        """One transaction; PostgreSQL's retryable failures (too many clients, deadlock,
+        serialization) are retried by ``write`` around it, not here."""
+        with self._errors():
+            if self.dialect == SQLITE:
+                self.conn.execute("BEGIN IMMEDIATE" if lock else "BEGIN")
+            try:
+                yield
+            except BaseException:
+                self.conn.rollback()
+                raise
+            self.conn.commit()
+
+    def execute(self, sql: str, params: Sequence = ()):
+        return self.conn.execute(self._sql(sql), tuple(params))
+
+    def executemany(self, sql: str, seq: list[tuple]) -> None:
+        if not seq:
+            return
+        if self.dialect == SQLITE:
+            self.conn.executemany(sql, seq)
+        else:
+            with self.conn.cursor() as cur:
+                cur.executemany(self._sql(sql), seq)
+
+    def write(self, work) -> object:
+        """``work(store)`` in a transaction, retried with jittered back-off while PostgreSQL
+        answers with a retryable state, until the store's timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.05
+        while True:
+            try:
+                with self.transaction():
+                    return work(self)
+            except StoreUnavailable as exc:
+                if not getattr(exc, "retryable", False) or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 2.0)
+
+    # ---- the schema ---------------------------------------------------------------------------
+    def version(self) -> int:
+        if self.dialect == SQLITE:
+            found = self.rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?",
+                              (schema.VERSION_TABLE,))
+        else:
+            found = [r for r in self.rows("SELECT to_regclass(?)", (schema.VERSION_TABLE,)) if r[0]]
+        if not found:
+            return 0
+        got = self.rows(f"SELECT MAX(version) FROM {schema.VERSION_TABLE}")
+        return int(got[0][0] or 0)
+
+    def _check_schema(self, create: bool, migrate: bool) -> None:
+        found = self.version()
+        if found == schema.CURRENT:
+            return
+        if found > schema.CURRENT:
+            raise SchemaMismatch(f"{self.url.shown}: the store's schema is version {found}, newer than the "
+                                 f"version {schema.CURRENT} this preflight reads; upgrade preflight (a newer "
+                                 "one migrated this store)", found, schema.CURRENT)
+        if (found == 0 and create) or migrate:
+            self.migrate()
+            return
+        raise SchemaMismatch(f"{self.url.shown}: the store's schema is version {found}; this preflight reads "
+                             f"version {schema.CURRENT}: run `preflight history migrate --db URL` to migrate it",
+                             found, schema.CURRENT)
+
+    def migrate(self) -> list[int]:
+        """Apply the pending migrations in one transaction under a lock (two controllers that
+        open an empty store at once create it once); return the versions applied."""
+        with self.transaction(lock=True):
+            if self.dialect == POSTGRES:
+                self.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
+            found = self._version_in_transaction()
+            if found > schema.CURRENT:
+                raise SchemaMismatch(f"{self.url.shown}: schema version {found} is newer than {schema.CURRENT}",
+                                     found, schema.CURRENT)
+            steps = schema.statements(self.dialect, found)
+            if found == 0 and steps:
+                self.execute(f"CREATE TABLE IF NOT EXISTS {schema.VERSION_TABLE} "
+                             "(version INTEGER NOT NULL, applied " + schema.WORDS[self.dialect]["real"] + " NOT NULL)")
+            for version, stmts in steps:
+                for stmt in stmts:
+                    self.execute(stmt)
+                self.execute(f"INSERT INTO {schema.VERSION_TABLE} (version, applied) VALUES (?, ?)",
+                             (version, time.time()))
+        return [v for v, _ in steps]
+
+    def _version_in_transaction(self) -> int:
+        if self.dialect == SQLITE:
+            exists = self.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                  (schema.VERSION_TABLE,)).fetchall()
+        else:
+            exists = [r for r in self.execute("SELECT to_regclass(?)", (schema.VERSION_TABLE,)).fetchall() if r[0]]
+        if not exists:
+            return 0
+        return int(self.execute(f"SELECT MAX(version) FROM {schema.VERSION_TABLE}").fetchall()[0][0] or 0)
+
+    # ---- writing ------------------------------------------------------------------------------
+    def record(self, rows: Rows) -> bool:
+        """Write one run; False when its run id is already in the store (recording is
+        idempotent by run id: an import after a live record, or twice, adds nothing)."""
+        r = rows.run
+
+        def work(store: Store) -> bool:
+            cur = store.execute(
+                "INSERT INTO pf_runs (run_id, kind, started, duration_s, launcher, version, command, status, "
+                "checks, hosts, recorded) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+                (r.run_id, r.kind, r.started, r.duration_s, r.launcher, r.version, r.command, r.status, r.checks,
+                 r.hosts, time.time()))
+            if cur.rowcount == 0:
+                return False
+            store.executemany("INSERT INTO pf_host_results (run_id, host, started, status, reachable, profile) "
+                              "VALUES (?, ?, ?, ?, ?, ?)", [(*h[:4], int(h[4]), h[5]) for h in rows.hosts])
+            store.executemany("INSERT INTO pf_findings (run_id, host, started, check_id, status, symptoms, summary) "
+                              "VALUES (?, ?, ?, ?, ?, ?, ?)", rows.findings)
+            store.executemany("INSERT INTO pf_diagnoses (run_id, host, started, cause, confidence, action) "
+                              "VALUES (?, ?, ?, ?, ?, ?)", rows.diagnoses)
+            store.executemany("INSERT INTO pf_figures (run_id, host, started, figure, value) VALUES (?, ?, ?, ?, ?)",
+                              rows.figures)
+            return True
+
+        return bool(self.write(work))
+
+    def add_event(self, node: str, kind: str, actor: str, reason: str, run_id: str | None = None,
+                  detail: str = "{}", at: float | None = None) -> None:
+        """A drain, a resume or another change of a node's state, with who made it and why."""
+        self.write(lambda s: s.execute(
+            "INSERT INTO pf_events (node, kind, at, actor, reason, run_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (node, kind, time.time() if at is None else at, actor, reason, run_id, detail)))
+
+    # ---- errors -------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except StoreError:
+            raise
+        except sqlite3.Error as exc:
+            raise _sqlite_error(self.url, exc) from None
+        except Exception as exc:
+            if self.dialect == POSTGRES and _is_psycopg(exc):
+                raise _pg_error(self.url, exc) from None
+            raise
+
+
+def _is_psycopg(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith("psycopg")
+
+
+def _sqlite_error(url: StoreUrl, exc: sqlite3.Error) -> StoreError:
+    text = str(exc)
+    if isinstance(exc, sqlite3.DatabaseError) and ("not a database" in text or "malformed" in text):
+        return StoreCorrupt(f"{url.shown}: {url.target} is not a SQLite database or is damaged ({text})")
+    return StoreUnavailable(f"{url.shown}: {text}")
+
+
+def _pg_error(url: StoreUrl, exc: Exception) -> StoreError:
+    state = getattr(exc, "sqlstate", None)
+    err = StoreUnavailable(f"{url.shown}: {scrub(str(exc).strip(), url)}")
+    err.retryable = state in _RETRY_STATES
+    return err
+
+
+def _connect(url: StoreUrl, timeout_s: float, create: bool):
+    if url.dialect == SQLITE:
+        return _connect_sqlite(url, timeout_s, create)
+    return _connect_pg(url, timeout_s)
+
+
+def _connect_sqlite(url: StoreUrl, timeout_s: float, create: bool) -> sqlite3.Connection:
+    path = Path(url.target).expanduser()
+    if path.is_dir():
+        raise StoreUnavailable(f"{url.shown}: {path} is a directory, not a SQLite file")
+    if path.exists():
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+        if head and head != SQLITE_MAGIC:
+            raise StoreCorrupt(f"{url.shown}: {path} is not a SQLite database")
+    elif not create:
+        raise StoreUnavailable(f"{url.shown}: {path} does not exist (no run has been recorded there yet)")
+    elif not path.parent.is_dir():
+        raise StoreUnavailable(f"{url.shown}: no such directory {path.parent}")
+    created = not path.exists()
+    try:
+        # isolation_level=None: transactions are begun explicitly (BEGIN / BEGIN IMMEDIATE).
+        conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
+        # WAL: readers (history queries) never block the writer, nor it them; a busy timeout makes
+        # two writers of one file wait for each other instead of failing at once. NORMAL
+        # synchronous is durable in WAL mode up to the last commit before a power cut.
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except sqlite3.Error as exc:
+        raise _sqlite_error(url, exc) from None
+    if created:
+        owner_only(path)
+    return conn
+
+
+def _connect_pg(url: StoreUrl, timeout_s: float):
+    try:
+        import psycopg  # only for a PostgreSQL store: optional, 'pip install preflight-gpu[postgres]'
+    except ImportError:
+        raise StoreUnavailable(f"{url.shown}: a PostgreSQL store needs psycopg 3 "
+                               "(pip install 'preflight-gpu[postgres]')") from None
+    deadline = time.monotonic() + timeout_s
+    delay = 0.05
+    while True:
+        try:
+            return psycopg.connect(url.target, connect_timeout=max(1, int(timeout_s)),
+                                   application_name="preflight", autocommit=False)
+        except psycopg.Error as exc:
+            err = _pg_error(url, exc)
+            # "too many clients" is a server at its connection limit: wait for a slot.
+            if not (err.retryable or "too many clients" in str(exc)) or time.monotonic() + delay > deadline:
+                raise err from None
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 1.0)
+
+
+def owner_only(path: Path) -> None:
+    """A new SQLite file readable by its owner alone: it names every node and its faults."""
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o600)

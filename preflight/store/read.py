@@ -1,0 +1,250 @@
+"""The store's answers: a node's timeline and the fleet's questions, in the JSON shapes the
+``history`` command prints (a contract: docs/store.md). SQL fetches the window's rows; the rules
+themselves are ``trends.py``'s pure functions."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from preflight.judge import trends
+from preflight.judge.figures import FIGURES
+from preflight.model import HostHistory, PastRun
+from preflight.store.db import Store, StoreError
+from preflight.store.rows import iso
+
+
+class UnknownNode(StoreError):
+    """A node the store has never recorded."""
+
+
+@dataclass(frozen=True)
+class Window:
+    since: float  # seconds since the epoch
+    until: float | None = None
+
+    @property
+    def end(self) -> float:
+        return time.time() if self.until is None else self.until
+
+    def frozen(self) -> Window:
+        return self if self.until is not None else Window(self.since, time.time())
+
+
+def nodes_like(store: Store, node: str, limit: int = 5) -> list[str]:
+    """Recorded nodes whose names share the longest prefix with ``node``, for a 'did you mean'."""
+    for cut in range(len(node), 0, -1):
+        found = [r[0] for r in store.rows("SELECT DISTINCT host FROM pf_host_results WHERE host LIKE ? ESCAPE '\\' "
+                                          "ORDER BY host LIMIT ?", (_like_prefix(node[:cut]), limit))]
+        if found:
+            return found
+    return []
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def node_history(store: Store, node: str, window: Window) -> dict:
+    """``{"node", "runs": [{"run_id", "kind", "started", "status", "causes", "figures",
+    "failed_checks"}], "events": [...]}``, oldest first."""
+    window = window.frozen()
+    params = (node, window.since, window.end)
+    runs = store.rows("SELECT h.run_id, r.kind, h.started, h.status, h.reachable, h.profile, r.launcher "
+                      "FROM pf_host_results h "
+                      "JOIN pf_runs r ON r.run_id = h.run_id WHERE h.host = ? AND h.started >= ? AND h.started <= ? "
+                      "ORDER BY h.started, h.run_id", params)
+    events = store.rows("SELECT at, kind, actor, reason, run_id, detail FROM pf_events WHERE node = ? AND at >= ? "
+                        "AND at <= ? ORDER BY at, id", params)
+    if not runs and not events and not store.rows("SELECT 1 FROM pf_host_results WHERE host = ? LIMIT 1", (node,)) \
+            and not store.rows("SELECT 1 FROM pf_events WHERE node = ? LIMIT 1", (node,)):
+        like = nodes_like(store, node)
+        raise UnknownNode(f"{node!r}: no run of the store {store.url.shown} has recorded this node"
+                          + (f"; recorded nodes like it: {', '.join(like)}" if like else ""))
+    causes: dict[str, list[dict]] = defaultdict(list)
+    for run_id, cause, confidence, action in store.rows(
+            "SELECT run_id, cause, confidence, action FROM pf_diagnoses WHERE host = ? AND started >= ? "
+            "AND started <= ? ORDER BY cause", params):
+        causes[run_id].append({"cause": cause, "confidence": confidence, "action": action})
+    figures: dict[str, dict] = defaultdict(dict)
+    for run_id, figure, value in store.rows("SELECT run_id, figure, value FROM pf_figures WHERE host = ? "
+                                            "AND started >= ? AND started <= ?", params):
+        figures[run_id][figure] = value
+    failed: dict[str, list[dict]] = defaultdict(list)
+    for run_id, check, status, summary in store.rows(
+            "SELECT run_id, check_id, status, summary FROM pf_findings WHERE host = ? AND started >= ? "
+            "AND started <= ? ORDER BY check_id", params):
+        failed[run_id].append({"check": check, "status": status, "summary": summary})
+    return {
+        "node": node,
+        "since": iso(window.since),
+        "runs": [{"run_id": r, "kind": kind, "started": iso(started), "status": status, "reachable": bool(reach),
+                  "profile": profile, "launcher": launcher, "causes": causes.get(r, []), "figures": figures.get(r, {}),
+                  "findings": failed.get(r, [])}
+                 for r, kind, started, status, reach, profile, launcher in runs],
+        "events": [{"at": iso(at), "kind": kind, "actor": actor, "reason": reason, "run_id": run_id,
+                    "detail": json.loads(detail or "{}")}
+                   for at, kind, actor, reason, run_id, detail in events],
+    }
+
+
+def _run_order(store: Store, window: Window, reachable_only: bool) -> dict[str, list[str]]:
+    """The run ids, in time order, of every node that failed something in the window;
+    ``reachable_only`` for checks' verdicts (a node that could not be reached was not judged),
+    every run for causes (host-unreachable is one)."""
+    w = (window.since, window.end)
+    order: dict[str, list[str]] = defaultdict(list)
+    reach = "AND reachable = 1 " if reachable_only else ""
+    for host, run_id in store.rows(
+            f"SELECT host, run_id FROM pf_host_results WHERE started >= ? AND started <= ? {reach}"
+            "AND host IN (SELECT host FROM pf_diagnoses WHERE started >= ? AND started <= ? UNION "
+            "SELECT host FROM pf_findings WHERE started >= ? AND started <= ? AND status IN ('fail', 'error')) "
+            "ORDER BY host, started, run_id", w * 3):
+        order[host].append(run_id)
+    return order
+
+
+def _checks_of_runs(store: Store, window: Window) -> dict[str, frozenset]:
+    """The checks each run of a node that failed something in the window judged (a run that did
+    not judge a check says nothing of it: a --quick run is no pass of all_reduce)."""
+    out: dict[str, frozenset] = {}
+    cache: dict[str, frozenset] = {}
+    for run_id, checks in store.rows(
+            "SELECT DISTINCT r.run_id, r.checks FROM pf_runs r JOIN pf_host_results h ON h.run_id = r.run_id "
+            "WHERE r.started >= ? AND r.started <= ? AND h.host IN (SELECT host FROM pf_findings WHERE started >= ? "
+            "AND started <= ? AND status IN ('fail', 'error'))", (window.since, window.end) * 2):
+        out[run_id] = cache.get(checks) or cache.setdefault(checks, frozenset(json.loads(checks)))
+    return out
+
+
+def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> dict:
+    """``{"repeat_offenders", "flapping", "degrading", "rates"}`` over the window (docs/store.md)."""
+    policy = policy or trends.Policy()
+    window = window.frozen()  # one end for every query: a run recorded meanwhile is in all or none
+    w = (window.since, window.end)
+    # Grouped by the checks judged: a fleet's every-few-minutes healthchecks are many runs of one list.
+    groups = [(json.loads(c), n, hosts, first) for c, n, hosts, first in store.rows(
+        "SELECT checks, COUNT(*), SUM(hosts), MIN(started) FROM pf_runs WHERE started >= ? AND started <= ? "
+        "GROUP BY checks", w)]
+
+    # Causes: one hit per (node, cause, run).
+    cause_hits = store.rows("SELECT DISTINCT host, cause, run_id, started FROM pf_diagnoses "
+                            "WHERE started >= ? AND started <= ?", w)
+    # A check's failure on a node that could not be reached is that node's absence, not the check's
+    # verdict (the unreachable node's own cause, host-unreachable, counts it).
+    failing = store.rows("SELECT DISTINCT f.host, f.check_id, f.run_id, f.started FROM pf_findings f "
+                         "JOIN pf_host_results h ON h.run_id = f.run_id AND h.host = f.host "
+                         "WHERE f.started >= ? AND f.started <= ? AND h.reachable = 1 "
+                         "AND f.status IN ('fail', 'error')", w)
+    order = _run_order(store, window, True) if failing else {}
+    cause_incidents = trends.incidents(_run_order(store, window, False) if cause_hits else {}, cause_hits)
+    check_incidents = trends.incidents(order, failing)
+
+    # Flapping: each failing check's verdicts on the node over the runs that judged it.
+    failed_in = defaultdict(set)
+    for host, check, run_id, _ in failing:
+        failed_in[(host, check)].add(run_id)
+    judged_by = _checks_of_runs(store, window) if failed_in else {}
+    sequences = {}
+    for (host, check), bad in failed_in.items():
+        sequences[(host, check)] = [r in bad for r in order.get(host, ()) if r in bad or check in judged_by.get(r, ())]
+
+    # Degrading: every figure's readings per node, in time order.
+    series: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for host, figure, value in store.rows("SELECT host, figure, value FROM pf_figures WHERE started >= ? "
+                                          "AND started <= ? ORDER BY host, figure, started, run_id", w):
+        series[(host, figure)].append(value)
+    worse = {name: f.worse for name, f in FIGURES.items()}
+
+    # Rates: host-runs judged per check, failing host-runs per check and cause, node-hours.
+    judged: dict[str, int] = defaultdict(int)
+    for checks, _, hosts, _ in groups:
+        for c in checks:
+            judged[c] += hosts
+    check_failures = defaultdict(int)
+    for _, check, _, _ in failing:
+        check_failures[check] += 1
+    cause_failures = defaultdict(int)
+    for _, cause, _, _ in cause_hits:
+        cause_failures[cause] += 1
+    host_runs = sum(hosts for _, _, hosts, _ in groups)
+    nodes = store.rows("SELECT COUNT(DISTINCT host) FROM pf_host_results WHERE started >= ? AND started <= ?", w)[0][0]
+    first = min((f for *_, f in groups), default=window.end)
+    span_h = max(0.0, (window.end - first) / 3600)
+    node_hours = (nodes or 0) * span_h
+    return {
+        "since": iso(window.since),
+        "runs": sum(n for _, n, _, _ in groups),
+        "host_runs": host_runs,
+        "nodes": nodes or 0,
+        "node_hours": round(node_hours, 1),
+        "repeat_offenders": [{**r, "first": iso(r["first"]), "last": iso(r["last"])}
+                             for r in trends.repeat_offenders(cause_incidents, policy)],
+        "flapping": trends.flapping(sequences, policy),
+        "degrading": [t.to_dict() for t in trends.degrading(series, worse, policy)],
+        "rates": (trends.rates(judged, check_incidents, check_failures, node_hours, "check")
+                  # Any host-run may carry any cause: each cause's runs are all of them.
+                  + trends.rates({c: host_runs for c in cause_failures}, cause_incidents, cause_failures, node_hours,
+                                 "cause")),
+    }
+
+
+def _chunks(items: list[str], size: int = 500):
+    # SQLite binds at most 32,766 parameters per statement; PostgreSQL's plans suffer far earlier.
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def host_histories(store: Store, nodes: list[str], window: Window, exclude_run: str | None = None
+                   ) -> dict[str, HostHistory]:
+    """Each node's past in the window, for the judgement (``run``/``analyze --history``), with
+    the fleet's run-to-run spread and median of every figure. ``exclude_run``: the run being
+    judged, when it is already recorded (a re-analysis), so that it is not its own past."""
+    window = window.frozen()
+    w = (window.since, window.end)
+    skip = exclude_run or ""
+    runs: dict[str, list] = defaultdict(list)
+    causes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    failed: dict[tuple[str, str], list[str]] = defaultdict(list)
+    figures: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    judged_cache: dict[str, frozenset] = {}
+    for part in _chunks(sorted(set(nodes))):
+        marks = ", ".join("?" * len(part))
+        for host, run_id, started, status, reach, checks in store.rows(
+                "SELECT h.host, h.run_id, h.started, h.status, h.reachable, r.checks FROM pf_host_results h "
+                f"JOIN pf_runs r ON r.run_id = h.run_id WHERE h.host IN ({marks}) AND h.started >= ? "
+                "AND h.started <= ? AND h.run_id <> ? ORDER BY h.host, h.started, h.run_id", (*part, *w, skip)):
+            judged = judged_cache.get(checks) or judged_cache.setdefault(checks, frozenset(json.loads(checks)))
+            runs[host].append((run_id, started, status, bool(reach), judged))
+        for host, run_id, cause in store.rows(
+                f"SELECT DISTINCT host, run_id, cause FROM pf_diagnoses WHERE host IN ({marks}) AND started >= ? "
+                "AND started <= ? ORDER BY cause", (*part, *w)):
+            causes[(host, run_id)].append(cause)
+        for host, run_id, check in store.rows(
+                f"SELECT DISTINCT host, run_id, check_id FROM pf_findings WHERE host IN ({marks}) AND started >= ? "
+                "AND started <= ? AND status IN ('fail', 'error') ORDER BY check_id", (*part, *w)):
+            failed[(host, run_id)].append(check)
+        for host, figure, value in store.rows(
+                f"SELECT host, figure, value FROM pf_figures WHERE host IN ({marks}) AND started >= ? AND started <= ? "
+                "AND run_id <> ? ORDER BY host, figure, started, run_id", (*part, *w, skip)):
+            figures[host][figure].append(value)
+    series: dict[str, list[list[float]]] = defaultdict(list)
+    current: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for host, figure, value in store.rows("SELECT host, figure, value FROM pf_figures WHERE started >= ? "
+                                          "AND started <= ? ORDER BY host, figure, started, run_id", w):
+        current[(host, figure)].append(value)
+    for (_, figure), values in current.items():
+        series[figure].append(values)
+    spreads = {f: s for f, vs in series.items() if (s := trends.run_to_run_spread(vs)) is not None}
+    medians = {f: statistics.median(v[-1] for v in vs) for f, vs in series.items()}
+    now = window.end
+    return {node: HostHistory(
+        node=node,
+        runs=tuple(PastRun(r, started, status, reach, tuple(causes.get((node, r), ())),
+                           tuple(failed.get((node, r), ())), judged)
+                   for r, started, status, reach, judged in runs.get(node, ())),
+        figures={f: tuple(v) for f, v in figures.get(node, {}).items()},
+        spreads=spreads, fleet_medians=medians, now=now, store=store.url.shown) for node in nodes}
