@@ -160,11 +160,13 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  preflight history gpu017 --since 14d\n  preflight history --fleet --json\n"
                "  preflight history --fleet --html fleet.html\n  preflight history import reports/\n"
-               "  preflight history migrate --db postgresql://pf@db01/preflight")
-    h.add_argument("target", nargs="*", metavar="NODE | import DIR... | migrate",
+               "  preflight history migrate --db postgresql://pf@db01/preflight\n  preflight history prune --keep 365d")
+    h.add_argument("target", nargs="*", metavar="NODE | import DIR... | migrate | prune",
                    help="a node's timeline; `import DIR...` records saved runs (a run directory, a report.json "
-                        "or a folder of runs; idempotent by run id); `migrate` brings the store's schema up to date")
+                        "or a folder of runs; idempotent by run id); `migrate` brings the store's schema up to date; "
+                        "`prune --keep AGE` forgets what is older")
     h.add_argument("--fleet", action="store_true", help="the fleet's questions instead of one node's timeline")
+    h.add_argument("--keep", metavar="AGE", help="prune: forget the runs and events older than this (365d, 12w)")
     h.add_argument("--since", default="30d", help="how far back: 30d, 12h, 2w, or a date (default 30d)")
     h.add_argument("--json", action="store_true", help="print JSON (the keys are a contract: docs/store.md)")
     h.add_argument("--html", metavar="FILE", type=Path, help="--fleet: also write a fleet page")
@@ -197,6 +199,8 @@ def cmd_history(args, console: Console) -> int:
         return _import(args, target[1:], console)
     if target[:1] == ["migrate"]:
         return _migrate(args, console)
+    if target[:1] == ["prune"]:
+        return _prune(args, console)
     if args.fleet == bool(target):
         raise UsageError("history: name one NODE, or give --fleet" if not target else
                          "history: a NODE or --fleet, not both")
@@ -261,6 +265,21 @@ def _import(args, paths: list[str], console: Console) -> int:
                 raise UsageError(f"history import: {r.run.run_id}: {exc} ({added} run(s) recorded before)") from None
         shown = store.url.shown
     console.print(f"recorded {added} run(s) in {shown}; {len(rows) - added} already there", **PLAIN)
+    return EXIT_OK
+
+
+def _prune(args, console: Console) -> int:
+    if not args.keep or not _SINCE.match(args.keep):
+        raise UsageError(f"history prune: --keep AGE (365d, 12w, 48h): got {args.keep!r}")
+    before = since_of(args.keep)
+    with _open_for_read(args) as store:
+        try:
+            gone = store.prune(before)
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
+        shown = store.url.shown
+    when = datetime.fromtimestamp(before, timezone.utc).strftime("%Y-%m-%d %H:%M")
+    console.print(f"{shown}: forgot {gone} run(s) started before {when} UTC", **PLAIN)
     return EXIT_OK
 
 

@@ -223,6 +223,18 @@ class Store:
 
         return bool(self.write(work))
 
+    def prune(self, before: float) -> int:
+        """Forget every run (and event) that started before ``before``; returns the runs removed.
+        One transaction: a reader sees the store before or after, never half of a run."""
+        def work(store: Store) -> int:
+            gone = store.execute("SELECT COUNT(*) FROM pf_runs WHERE started < ?", (before,)).fetchall()[0][0]
+            for table in ("pf_host_results", "pf_findings", "pf_diagnoses", "pf_figures", "pf_runs"):
+                store.execute(f"DELETE FROM {table} WHERE started < ?", (before,))
+            store.execute("DELETE FROM pf_events WHERE at < ?", (before,))
+            return int(gone)
+
+        return int(self.write(work))
+
     def add_event(self, node: str, kind: str, actor: str, reason: str, run_id: str | None = None,
                   detail: str = "{}", at: float | None = None) -> None:
         """A drain, a resume or another change of a node's state, with who made it and why."""

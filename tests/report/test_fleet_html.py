@@ -15,7 +15,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pgcluster
 import pytest
 
 from preflight.app.cli import main
@@ -160,16 +159,6 @@ def test_an_empty_store_gives_empty_series_and_a_page_that_says_so(tmp_path):
     page = render_fleet(result, series)
     assert page.count("none in the window") >= 6  # failure rate, three answers, two rate tables
     assert "<svg" not in page
-
-
-@pytest.fixture(scope="module")
-def pg():
-    why = pgcluster.why_not()
-    if why:
-        pytest.skip(why)
-    cluster = pgcluster.start(max_connections=20)
-    yield cluster
-    pgcluster.stop(cluster)
 
 
 def test_postgresql_gives_the_same_series_as_sqlite(sqlite_url, pg):

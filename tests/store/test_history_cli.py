@@ -148,3 +148,31 @@ def test_a_bad_db_url_refuses_the_run_before_anything_is_written(tmp_path, capsy
 def test_history_of_a_store_that_does_not_exist(tmp_path, capsys):
     code, _, err = run(capsys, "history", "--fleet", "--db", f"sqlite:///{tmp_path}/nothing.sqlite")
     assert code == 2 and "does not exist" in err and not (tmp_path / "nothing.sqlite").exists()
+
+
+def test_a_damaged_database_is_named(tmp_path, capsys):
+    """A real store whose pages were overwritten (a disk fault, a copy cut short): the history
+    command names the file and exits 2; a run warns and keeps its verdict."""
+    path = tmp_path / "h.sqlite"
+    url = f"sqlite:///{path}"
+    run(capsys, "analyze", str(EXAMPLE), "--out", str(tmp_path / "r"), "-q", "--no-html", "--db", url)
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with open(path, "r+b") as fh:
+        fh.seek(4096)
+        fh.write(b"\xff" * 8192)
+    code, _, err = run(capsys, "history", "--fleet", "--db", url)
+    assert code == 2 and f"{path} is not a SQLite database or is damaged (database disk image is malformed)" in err
+    code, _, err = run(capsys, "analyze", str(EXAMPLE), "--out", str(tmp_path / "r2"), "-q", "--no-html", "--db", url)
+    assert code == 1 and "damaged" in err and next((tmp_path / "r2").glob("*/report.json")).is_file()
+
+
+def test_history_prune_on_the_command_line(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/h.sqlite"
+    run(capsys, "analyze", str(EXAMPLE), "--out", str(tmp_path / "r"), "-q", "--no-html", "--db", url)
+    code, out, _ = run(capsys, "history", "prune", "--keep", "3650d", "--db", url)
+    assert code == 0 and "forgot 0 run(s)" in out
+    code, out, _ = run(capsys, "history", "prune", "--keep", "1h", "--db", url)  # the example is from November
+    assert code == 0 and "forgot 1 run(s)" in out
+    code, _, err = run(capsys, "history", "prune", "--db", url)
+    assert code == 2 and "--keep AGE" in err

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from runs import report
+from test_fleet_html import CHROMIUM, FLAGS, console_lines
 
 from preflight.app import cli
 from preflight.store import Store, parse
@@ -102,3 +104,21 @@ def test_history_needs_a_store(tmp_path, capsys):
 def test_history_checks_are_listed(check, capsys):
     assert cli.main(["checks"]) == 0
     assert check in capsys.readouterr().out
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian: apt-get install -y chromium)")
+def test_report_html_shows_the_failing_nodes_history_in_chromium(tmp_path, capsys):
+    """report.html's History section in Debian's chromium: each node that did not pass, its past
+    verdicts and its busbw sparkline, drawn with no console error (the page fetches nothing)."""
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    _past(url)
+    _analyze(tmp_path / "r", capsys, "--history", "--db", url)
+    page = next((tmp_path / "r").glob("*/report.html"))
+    proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=60)
+    assert console_lines(proc.stderr) == []
+    dom = proc.stdout
+    section = dom[dom.index('<section id="history">'):]
+    section = section[:section.index("</section>")]
+    assert section.count('<svg class="spark"') >= 1 and 'aria-label="13 readings, last 475"' in section
+    assert ">gpu003<" in section and ">gpu006<" in section and ">gpu001<" not in section

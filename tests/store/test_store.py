@@ -191,3 +191,18 @@ def test_a_down_postgresql_is_unavailable_without_its_password(tmp_path):
     with pytest.raises(StoreUnavailable) as caught:
         Store.open(url, timeout_s=1)
     assert "s3cret-pw" not in str(caught.value) and "pf:***@" in str(caught.value)
+
+
+def test_prune_forgets_what_is_older_and_keeps_the_rest(store_url):
+    with Store.open(parse(store_url)) as store:
+        for day in range(5):
+            store.record(rows_of(report(f"p{day}", day, {"n1": {"fail": ["xid"], "causes": ["gpu-fallen-off-bus"],
+                                                               }, "n2": {"busbw": 470.0}}), started_fallback=0.0))
+        cut = rows_of(report("x", 3, {}), started_fallback=0).run.started
+        store.add_event("n1", "drain", "alice", "preflight: xid", "p1", at=cut - 86400)
+        store.add_event("n1", "resume", "alice", "passes", "p4", at=cut + 86400)
+        assert store.prune(cut) == 3
+        assert [r["run_id"] for r in node_history(store, "n1", Window(0))["runs"]] == ["p3", "p4"]
+        assert [e["kind"] for e in node_history(store, "n1", Window(0))["events"]] == ["resume"]
+        for table in ("pf_host_results", "pf_findings", "pf_diagnoses", "pf_figures"):
+            assert store.rows(f"SELECT MIN(started) FROM {table}")[0][0] >= cut
