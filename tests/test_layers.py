@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("judge", "check", "plugin"),
     ("store",),
     ("diagnose",),
+    ("lifecycle",),
     ("report",),
     ("soak",),
     ("app", "__main__"),

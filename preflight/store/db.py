@@ -166,9 +166,10 @@ class Store:
                              f"version {schema.CURRENT}: run `preflight history migrate --db URL` to migrate it",
                              found, schema.CURRENT)
 
-    def migrate(self) -> list[int]:
-        """Apply the pending migrations in one transaction under a lock (two controllers that
-        open an empty store at once create it once); return the versions applied."""
+    def migrate(self, upto: int | None = None) -> list[int]:
+        """Apply the pending migrations (up to ``upto``, default all) in one transaction under a
+        lock (two controllers that open an empty store at once create it once); return the
+        versions applied."""
         with self.transaction(lock=True):
             if self.dialect == POSTGRES:
                 self.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
@@ -176,7 +177,7 @@ class Store:
             if found > schema.CURRENT:
                 raise SchemaMismatch(f"{self.url.shown}: schema version {found} is newer than {schema.CURRENT}",
                                      found, schema.CURRENT)
-            steps = schema.statements(self.dialect, found)
+            steps = schema.statements(self.dialect, found, upto)
             if found == 0 and steps:
                 self.execute(f"CREATE TABLE IF NOT EXISTS {schema.VERSION_TABLE} "
                              "(version INTEGER NOT NULL, applied " + schema.WORDS[self.dialect]["real"] + " NOT NULL)")

@@ -80,6 +80,25 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             detail TEXT NOT NULL)""",
         "CREATE INDEX pf_events_node ON pf_events (node, at)",
     )),
+    # The return-to-service lifecycle (preflight lifecycle): each node's state, and the lock
+    # that lets one controller act at a time.
+    (2, (
+        """CREATE TABLE pf_node_state (
+            node TEXT PRIMARY KEY,
+            state TEXT NOT NULL,
+            since {real} NOT NULL,
+            cause TEXT,
+            run_id TEXT,
+            step TEXT,
+            requested {real},
+            retest_failures INTEGER NOT NULL,
+            updated {real} NOT NULL)""",
+        "CREATE INDEX pf_node_state_state ON pf_node_state (state)",
+        """CREATE TABLE pf_locks (
+            name TEXT PRIMARY KEY,
+            holder TEXT NOT NULL,
+            expires {real} NOT NULL)""",
+    )),
 )
 CURRENT = MIGRATIONS[-1][0]
 

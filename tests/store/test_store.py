@@ -206,3 +206,19 @@ def test_prune_forgets_what_is_older_and_keeps_the_rest(store_url):
         assert [e["kind"] for e in node_history(store, "n1", Window(0))["events"]] == ["resume"]
         for table in ("pf_host_results", "pf_findings", "pf_diagnoses", "pf_figures"):
             assert store.rows(f"SELECT MIN(started) FROM {table}")[0][0] >= cut
+
+
+def test_a_version_1_store_migrates_to_the_lifecycle_tables_with_its_runs(store_url):
+    """A store as the first release wrote it (schema 1), opened by this one: refused with both
+    versions, then `migrate` adds the lifecycle's tables and keeps every run."""
+    with Store.connect(parse(store_url)) as store:
+        assert store.migrate(upto=1) == [1]
+        store.record(rows_of(report("old-1", 1, {"n1": {"fail": ["xid"], "causes": ["gpu-fallen-off-bus"]}}),
+                             started_fallback=0.0))
+    with pytest.raises(SchemaMismatch, match=r"version 1; this preflight reads version 2"):
+        Store.open(parse(store_url))
+    with Store.connect(parse(store_url)) as store:
+        assert store.migrate() == [2]
+    with Store.open(parse(store_url)) as store:
+        assert node_history(store, "n1", Window(0))["runs"][0]["causes"][0]["cause"] == "gpu-fallen-off-bus"
+        assert store.rows("SELECT COUNT(*) FROM pf_node_state") == [(0,)]

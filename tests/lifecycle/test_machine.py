@@ -1,0 +1,168 @@
+"""The lifecycle's rules on tables: each row a node's state, what the store and Slurm say, and
+the step that must follow (preflight/lifecycle/machine.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.lifecycle.machine import (
+    CausePolicy,
+    Evidence,
+    LifeState,
+    Policy,
+    Reading,
+    Scheduler,
+    Silence,
+    transition,
+)
+
+POLICY = Policy(causes={
+    "gpu-ecc-uncorrectable": CausePolicy(confirm="once", step="reset", acceptance=("dcgm-diag", "nccl-all-reduce")),
+    "gpu-fallen-off-bus": CausePolicy(confirm="once", step="reboot", acceptance=("dcgm-diag",)),
+    "thermal-throttling": CausePolicy(confirm="again", step="none", person="check the fans and inlet air"),
+    "fabric-manager-down": CausePolicy(confirm="again", step="restart", service="nvidia-fabricmanager"),
+}, confirm_delay_s=300, startup_grace_s=600)
+IDLE = Scheduler(busy=False, drained=False, reason=None, ours=False)
+OURS = Scheduler(busy=False, drained=True, reason="preflight: drained x r1", ours=True)
+
+
+def fail(run_id: str, t: float, cause: str) -> Reading:
+    return Reading(run_id, t, "fail", (cause,))
+
+
+def ok(run_id: str, t: float) -> Reading:
+    return Reading(run_id, t, "pass")
+
+
+def step(state: LifeState, *readings: Reading, now: float = 10_000, sched=IDLE, incidents=None, policy=POLICY):
+    return transition(state, Evidence(tuple(readings), now, sched, incidents or {}), policy)
+
+
+def kinds(s) -> list[str]:
+    return [a.kind for a in s.actions]
+
+
+def test_one_reading_of_a_confirm_first_cause_never_drains():
+    s = step(LifeState("n1"), fail("r1", 9_000, "thermal-throttling"))
+    assert s.state.state == "suspect" and s.state.cause == "thermal-throttling" and kinds(s) == ["confirm"]
+    assert "drain" not in kinds(s)
+
+
+def test_a_suspect_that_passes_its_confirmation_is_healthy_again():
+    sus = LifeState("n1", "suspect", 10_000, "thermal-throttling", "r1")
+    assert step(sus, ok("r2", 10_100), now=10_150).state.state == "suspect"  # before the delay: not yet
+    s = step(sus, ok("r2", 10_100), ok("r3", 10_400), now=10_500)
+    assert s.state.state == "healthy" and s.actions == () and "false positive" in s.why
+
+
+def test_a_suspect_confirmed_after_the_delay_is_drained():
+    sus = LifeState("n1", "suspect", 10_000, "thermal-throttling", "r1")
+    s = step(sus, fail("r2", 10_400, "thermal-throttling"), now=10_500)
+    assert s.state.state == "drained" and kinds(s) == ["drain"]
+    assert s.actions[0].reason == "preflight: drained thermal-throttling r2"
+
+
+def test_k_failing_of_the_last_n_confirm_without_waiting():
+    sus = LifeState("n1", "suspect", 10_000, "thermal-throttling", "r1")
+    one_more = step(sus, fail("r2", 10_060, "thermal-throttling"), now=10_100)
+    assert one_more.state.state == "suspect"
+    s = step(sus, fail("r2", 10_060, "thermal-throttling"), fail("r3", 10_120, "thermal-throttling"), now=10_130)
+    assert s.state.state == "drained" and "3 of the last 3 readings" in s.why
+
+
+def test_a_cause_whose_one_reading_is_enough_drains_at_once():
+    s = step(LifeState("n1"), fail("r1", 9_000, "gpu-ecc-uncorrectable"))
+    assert s.state.state == "drained" and kinds(s) == ["drain"]
+
+
+def test_a_silenced_cause_is_left_alone_until_its_silence_expires():
+    hushed = Policy(causes=POLICY.causes, silences=(Silence("n1", "gpu-ecc-uncorrectable", "alice", "known, RMA open",
+                                                            expires=20_000),))
+    s = step(LifeState("n1"), fail("r1", 9_000, "gpu-ecc-uncorrectable"), policy=hushed)
+    assert s.state.state == "healthy" and s.actions == () and "silenced by alice" in s.why
+    later = step(LifeState("n1"), fail("r1", 21_000, "gpu-ecc-uncorrectable"), now=21_100, policy=hushed)
+    assert later.state.state == "drained"
+
+
+def test_a_reading_within_the_startup_grace_is_not_believed():
+    booted = Scheduler(busy=False, drained=False, reason=None, ours=False, boot_time=8_800)
+    s = step(LifeState("n1"), fail("r1", 9_000, "gpu-ecc-uncorrectable"), sched=booted)
+    assert s.state.state == "healthy" and "not believed" in s.why
+    s = step(LifeState("n1"), fail("r1", 9_500, "gpu-ecc-uncorrectable"), sched=booted)
+    assert s.state.state == "drained"
+
+
+def test_a_drain_someone_else_set_is_never_touched():
+    theirs = Scheduler(busy=False, drained=True, reason="memtest [bob@12:00]", ours=False)
+    s = step(LifeState("n1"), fail("r1", 9_000, "gpu-ecc-uncorrectable"), sched=theirs)
+    assert s.state.state == "healthy" and s.actions == () and "someone else" in s.why
+
+
+def test_a_drained_node_is_remediated_only_once_its_jobs_end():
+    drained = LifeState("n1", "drained", 9_000, "gpu-ecc-uncorrectable", "r1")
+    busy = Scheduler(busy=True, drained=True, reason="preflight: drained", ours=True)
+    s = step(drained, sched=busy)
+    assert s.state.state == "drained" and s.actions == () and "waiting for the jobs" in s.why
+    s = step(drained, sched=OURS)
+    assert s.state.state == "remediating" and s.state.step == "reset" and kinds(s) == ["reset"]
+
+
+def test_a_restart_names_its_service():
+    s = step(LifeState("n1", "drained", 9_000, "fabric-manager-down", "r1"), sched=OURS)
+    assert kinds(s) == ["restart"] and s.actions[0].detail == {"service": "nvidia-fabricmanager"}
+
+
+def test_a_cause_only_a_person_fixes_stays_drained_with_the_step():
+    s = step(LifeState("n1", "drained", 9_000, "thermal-throttling", "r1"), sched=OURS)
+    assert s.state.state == "drained" and "check the fans" in s.why
+
+
+def test_without_a_scheduler_the_steps_are_a_persons():
+    s = step(LifeState("n1", "drained", 9_000, "gpu-ecc-uncorrectable", "r1"), sched=None)
+    assert s.state.state == "drained" and kinds(s) == ["person"]
+
+
+def test_a_reboot_is_done_when_the_node_booted_after_the_request():
+    rebooting = LifeState("n1", "remediating", 9_000, "gpu-fallen-off-bus", "r1", step="reboot", requested=9_000)
+    before = Scheduler(busy=False, drained=True, reason="preflight: remediating", ours=True, boot_time=1_000)
+    assert step(rebooting, sched=before, now=9_100).state.state == "remediating"
+    after = Scheduler(busy=False, drained=True, reason="preflight: remediating", ours=True, boot_time=9_200)
+    s = step(rebooting, sched=after, now=9_300)
+    assert s.state.state == "retesting" and kinds(s) == ["retest"]
+    assert s.actions[0].detail["acceptance"] == ["dcgm-diag"]
+    lost = step(rebooting, sched=before, now=9_000 + 1_801)
+    assert lost.state.state == "drained" and lost.state.retest_failures == 1
+
+
+def test_a_retest_that_passes_resumes_and_one_that_fails_twice_escalates():
+    retesting = LifeState("n1", "retesting", 10_000, "gpu-ecc-uncorrectable", "r1", step="reset")
+    s = step(retesting, ok("r5", 10_100), now=10_200, sched=OURS)
+    assert s.state.state == "resumed" and kinds(s) == ["resume"]
+    once = step(retesting, fail("r5", 10_100, "gpu-ecc-uncorrectable"), now=10_200, sched=OURS)
+    assert once.state.state == "drained" and once.state.retest_failures == 1 and once.actions == ()
+    twice = step(LifeState("n1", "retesting", 10_000, "gpu-ecc-uncorrectable", "r1", retest_failures=1),
+                 fail("r6", 10_100, "gpu-ecc-uncorrectable"), now=10_200, sched=OURS)
+    assert twice.state.state == "escalated" and twice.actions[0].detail == {"rma": True}
+    assert twice.actions[0].reason.startswith("preflight: escalated gpu-ecc-uncorrectable r1: RMA")
+
+
+def test_the_third_incident_of_a_cause_escalates():
+    s = step(LifeState("n1"), fail("r9", 9_000, "gpu-ecc-uncorrectable"), incidents={"gpu-ecc-uncorrectable": 3})
+    assert s.state.state == "escalated" and kinds(s) == ["drain"]
+
+
+def test_only_the_newest_reading_of_a_healthy_node_counts():
+    s = step(LifeState("n1"), fail("r1", 8_000, "gpu-ecc-uncorrectable"), ok("r2", 9_000))
+    assert s.state.state == "healthy" and s.actions == ()
+
+
+def test_a_resumed_node_that_passes_is_healthy_and_escalated_stays():
+    assert step(LifeState("n1", "resumed", 9_000), ok("r2", 9_500)).state.state == "healthy"
+    s = step(LifeState("n1", "escalated", 9_000, "gpu-ecc-uncorrectable"), ok("r2", 9_500))
+    assert s.state.state == "escalated" and s.actions == ()
+
+
+@pytest.mark.parametrize("state", ["healthy", "suspect", "drained", "remediating", "retesting", "resumed",
+                                   "escalated"])
+def test_every_state_has_a_rule(state):
+    assert step(LifeState("n1", state, 9_000, "gpu-ecc-uncorrectable", "r1", step="reset"), sched=OURS).state.node == "n1"
