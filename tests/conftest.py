@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import subprocess
@@ -67,6 +68,18 @@ def pg():
     cluster = pgcluster.start(max_connections=40)
     yield cluster
     pgcluster.stop(cluster)
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path) -> str:
+    """A results store of the test's own on each engine: SQLite in a temporary file, and a
+    database of its own on the session's real PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    return request.getfixturevalue("pg").create_database(f"t{next(_databases)}")
 
 
 @pytest.fixture

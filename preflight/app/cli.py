@@ -18,7 +18,18 @@ from ClusterShell.NodeSet import NodeSet
 from rich.console import Console
 
 from preflight import __version__
-from preflight.app import baseline, dcgm_options, drain_cli, healthcheck, options, prolog, soak_cli, store_cli, targets
+from preflight.app import (
+    baseline,
+    dcgm_options,
+    drain_cli,
+    healthcheck,
+    lifecycle_cli,
+    options,
+    prolog,
+    soak_cli,
+    store_cli,
+    targets,
+)
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
@@ -196,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     drain_cli.add_parsers(sub)
     store_cli.add_parser(sub)
+    lifecycle_cli.add_parser(sub)
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need")
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
@@ -528,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
                 "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge,
                 "baseline": cmd_baseline,
                 "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume,
-                "prolog": cmd_prolog, "history": store_cli.cmd_history}
+                "prolog": cmd_prolog, "history": store_cli.cmd_history,
+                "lifecycle": lifecycle_cli.cmd_lifecycle}
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:

@@ -223,8 +223,7 @@ def _suspect(s: LifeState, ev: Evidence, policy: Policy) -> Step:
 def _drained(s: LifeState, ev: Evidence, policy: Policy) -> Step:
     cp = policy.of(s.cause)
     if ev.scheduler is None:
-        return _stay(s, "no scheduler: the steps are a person's",
-                     Action("person", s.node, cp.person or f"fix {s.cause}, then re-run preflight"))
+        return _stay(s, f"no scheduler: the steps are a person's: {cp.person or cp.step + ' for ' + str(s.cause)}")
     if cp.step == "none":
         return _stay(s, f"only a person can fix {s.cause}: {cp.person}")
     if ev.scheduler.busy:

@@ -24,6 +24,7 @@ class NodeState:
     state: str  # as printed, e.g. "IDLE+DRAIN", "DOWN*"
     reason: str | None = None  # Reason=..., with Slurm's "[user@time]" suffix
     partitions: tuple[str, ...] = ()
+    boot_time: str | None = None  # BootTime=, as slurmctld prints it (its local time), None when "None"
 
     @property
     def base(self) -> str:
@@ -45,6 +46,11 @@ class NodeState:
         if "DRAIN" in self.flags and self.base in ("ALLOCATED", "MIXED", "COMPLETING"):
             why = ["draining" if w == "drained" else w for w in why]
         return ", ".join(dict.fromkeys(why)) or None
+
+    @property
+    def busy(self) -> bool:
+        """Jobs run on the node (its base state)."""
+        return self.base in ("ALLOCATED", "MIXED", "COMPLETING")
 
     def describe(self) -> str:
         return f"State={self.state}" + (f" Reason={self.reason}" if self.reason else "")
@@ -70,7 +76,9 @@ def parse_show_node(text: str) -> tuple[dict[str, NodeState], list[str]]:
         pairs = dict(_PAIR.findall(head))
         name = pairs.get("NodeName", "")
         partitions = tuple(p for p in pairs.get("Partitions", "").split(",") if p)
-        nodes[name] = NodeState(name, pairs.get("State", ""), reason.strip() or None, partitions)
+        boot = pairs.get("BootTime")
+        nodes[name] = NodeState(name, pairs.get("State", ""), reason.strip() or None, partitions,
+                                boot if boot and boot != "None" else None)
     return nodes, missing
 
 

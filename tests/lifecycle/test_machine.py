@@ -119,7 +119,7 @@ def test_a_cause_only_a_person_fixes_stays_drained_with_the_step():
 
 def test_without_a_scheduler_the_steps_are_a_persons():
     s = step(LifeState("n1", "drained", 9_000, "gpu-ecc-uncorrectable", "r1"), sched=None)
-    assert s.state.state == "drained" and kinds(s) == ["person"]
+    assert s.state.state == "drained" and s.actions == () and "a person's: reset for gpu-ecc-uncorrectable" in s.why
 
 
 def test_a_reboot_is_done_when_the_node_booted_after_the_request():

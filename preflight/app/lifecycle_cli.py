@@ -1,0 +1,172 @@
+"""``preflight lifecycle``: the nodes on their way back to service.
+
+    preflight lifecycle [--json]               each node's state and how long it has been there
+    preflight lifecycle --once [--slurm]       one pass: decide every node's step and take it
+    preflight lifecycle --watch [--interval S] a pass every S seconds (a systemd timer or a loop)
+    preflight lifecycle ... --dry-run          the plan; nothing recorded, nothing done
+    preflight lifecycle NODE --clear           a person cleared NODE (an escalated one, say): healthy
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from preflight.app import store_cli
+from preflight.app.errors import UsageError
+from preflight.collect.slurm_job import SlurmUsageError
+from preflight.contracts import EXIT_FAILED, EXIT_OK
+from preflight.diagnose.engine import load_knowledge
+from preflight.lifecycle import controller, effects, policy
+from preflight.lifecycle.machine import STATES
+from preflight.store import Store, StoreError
+from preflight.store import lifecycle as kept
+from preflight.store.rows import iso
+
+PLAIN = {"markup": False, "highlight": False, "soft_wrap": True}
+
+
+def add_parser(sub) -> None:
+    lc = sub.add_parser(
+        "lifecycle", help="each node's way back to service: suspect, drained, remediating, retesting, resumed, "
+                          "escalated; --once/--watch decide and take the next steps",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  preflight lifecycle\n  preflight lifecycle --once --slurm --dry-run\n"
+               "  preflight lifecycle --watch --slurm --interval 300 --db postgresql://pf@db01/preflight\n"
+               "  preflight lifecycle gpu017 --clear --reason 'GPU replaced, RMA 4711'")
+    lc.add_argument("node", nargs="?", help="one node (with --clear)")
+    lc.add_argument("--once", action="store_true", help="one pass over the fleet: decide and act")
+    lc.add_argument("--watch", action="store_true", help="a pass every --interval seconds until stopped")
+    lc.add_argument("--interval", type=float, default=300.0, metavar="S", help="--watch: seconds between passes")
+    lc.add_argument("--slurm", action="store_true", help="read node states from Slurm and act through scontrol "
+                    "(default: no scheduler; the steps that need one are reported for a person)")
+    lc.add_argument("--dry-run", action="store_true", help="print the plan; record and change nothing")
+    lc.add_argument("--site", type=Path, metavar="FILE", help="the site's lifecycle file (silences, timings, "
+                    "per-cause steps; playbooks/lifecycle.yaml's shape)")
+    lc.add_argument("--clear", action="store_true", help="NODE: a person cleared it; back to healthy")
+    lc.add_argument("--reason", default="", help="--clear: why (kept with the event)")
+    lc.add_argument("--json", action="store_true", help="print JSON")
+    lc.add_argument("--db", metavar="URL", help="the store (default $PREFLIGHT_DB, else the embedded SQLite file)")
+
+
+def _store(args, create: bool) -> Store:
+    url = store_cli.store_of(args)
+    if url is None:
+        raise UsageError("the lifecycle lives in the results store: not with an empty $PREFLIGHT_DB")
+    try:
+        return Store.open(url, create=create)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _listing(store: Store, now: float) -> dict:
+    states = kept.node_states(store)
+    by = {s: [] for s in STATES}
+    for node, row in sorted(states.items()):
+        by.setdefault(row["state"], []).append({"node": node, "since": iso(row["since"]),
+                                                "for_s": round(now - row["since"], 1), "cause": row["cause"],
+                                                "run_id": row["run_id"], "step": row["step"]})
+    return {"states": by}
+
+
+def _show_listing(listing: dict, console: Console) -> None:
+    for state, nodes in listing["states"].items():
+        if not nodes:
+            continue
+        console.print(f"{state} ({len(nodes)}):", **PLAIN)
+        for n in nodes:
+            hours = n["for_s"] / 3600
+            console.print(f"  {n['node']}  for {hours:.1f} h" + (f"  {n['cause']}" if n["cause"] else "")
+                          + (f"  ({n['step']})" if n["step"] else "") + (f"  run {n['run_id']}" if n["run_id"] else ""),
+                          **PLAIN)
+
+
+def _show_pass(p: controller.Pass, console: Console, dry_run: bool) -> None:
+    if p.lock_holder:
+        console.print(f"another lifecycle holds the store's lock ({p.lock_holder}): nothing done", **PLAIN)
+        return
+    for o in p.outcomes:
+        if not o.step.moved:
+            continue
+        verb = "would " if dry_run else ""
+        actions = ", ".join(f"{a.kind}" + (f" ({a.reason})" if a.reason else "") for a in o.step.actions)
+        console.print(f"{o.node}: {verb}{o.step.why}" + (f"; {verb}{actions}" if actions else ""), **PLAIN)
+        for line in o.done:
+            if line.startswith("for a person"):
+                console.print(f"  {line}", **PLAIN)
+        if o.refused:
+            console.print(f"  not done: {o.refused}", **PLAIN)
+    if p.stopped:
+        console.print(f"stopped: {p.stopped}", **PLAIN)
+
+
+def _pass_json(p: controller.Pass) -> dict:
+    return {"lock_holder": p.lock_holder, "stopped": p.stopped,
+            "steps": [{"node": o.node, "to": o.step.state.state, "why": o.step.why,
+                       "actions": [{"kind": a.kind, "reason": a.reason} for a in o.step.actions],
+                       "done": list(o.done), "refused": o.refused} for o in p.outcomes if o.step.moved]}
+
+
+def cmd_lifecycle(args, console: Console) -> int:
+    if args.once and args.watch:
+        raise UsageError("--once or --watch, not both")
+    if args.clear:
+        return _clear(args, console)
+    if args.node and not args.clear:
+        raise UsageError("lifecycle NODE: only with --clear (the node's history: preflight history NODE)")
+    if not (args.once or args.watch):
+        with _store(args, create=False) as store:
+            listing = _listing(store, time.time())
+        print(json.dumps(listing, indent=1)) if args.json else _show_listing(listing, console)
+        return EXIT_OK
+    try:
+        pol, timings = policy.load(args.site, set(load_knowledge().causes))
+    except policy.PolicyError as exc:
+        raise UsageError(str(exc)) from None
+    code = EXIT_OK
+    while True:
+        with _store(args, create=True) as store:
+            code = _one_pass(args, store, pol, timings, console)
+        if not args.watch:
+            return code
+        time.sleep(args.interval)
+
+
+def _one_pass(args, store: Store, pol, timings, console: Console) -> int:
+    now = time.time()
+    nodes = sorted(set(kept.node_states(store)) | set(kept.readings(store, now - timings.get("escalate_window_s",
+                                                                                           7 * 86400))))
+    views = None
+    act = effects.ForAPerson()
+    if args.slurm:
+        try:
+            views = effects.scheduler_views(nodes)
+        except SlurmUsageError as exc:
+            raise UsageError(str(exc)) from None
+        act = effects.SlurmEffects()
+    p = controller.run_pass(store, pol, timings, now, act, f"lifecycle:{store_cli.actor()}", nodes, views,
+                            dry_run=args.dry_run)
+    print(json.dumps(_pass_json(p), indent=1)) if args.json else _show_pass(p, console, args.dry_run)
+    return EXIT_FAILED if (p.stopped or any(o.refused for o in p.outcomes)) else EXIT_OK
+
+
+def _clear(args, console: Console) -> int:
+    if not args.node:
+        raise UsageError("--clear: name the NODE a person cleared")
+    with _store(args, create=False) as store:
+        states = kept.node_states(store)
+        if args.node not in states:
+            raise UsageError(f"{args.node}: the lifecycle has no state for it")
+        before = states[args.node]["state"]
+        now = time.time()
+        kept.put_state(store, {"node": args.node, "state": "healthy", "since": now, "cause": None, "run_id": None,
+                               "step": None, "requested": None, "retest_failures": 0},
+                       {"kind": "transition", "actor": store_cli.actor(), "at": now,
+                        "reason": f"-> healthy: cleared by a person: {args.reason or 'no reason given'}",
+                        "detail": {"from": before, "to": "healthy"}})
+    console.print(f"{args.node}: {before} -> healthy (cleared by {store_cli.actor()})", **PLAIN)
+    return EXIT_OK

@@ -1,0 +1,85 @@
+"""The lifecycle's actions carried out: a thin layer over Slurm's ``scontrol`` (drain, resume,
+reboot through the site's RebootProgram) and, where the controller can reach a node over SSH, a
+command on the node (a GPU reset, a service restart). Each returns the complaint that stopped it,
+or None. What needs neither, or has no way onto the node, is a person's: reported, not done."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from preflight.collect.node import Node
+from preflight.collect.slurm_job import node_states, set_state, slurm
+from preflight.lifecycle.machine import Action, Scheduler
+from preflight.parse.slurm import NodeState
+
+COMMAND_TIMEOUT_S = 120.0
+REASON_PREFIX = "preflight:"
+
+
+def _boot_epoch(text: str | None) -> float | None:
+    # slurmctld prints BootTime in its own local time, without a zone; the controller runs beside it.
+    if not text:
+        return None
+    try:
+        return time.mktime(datetime.fromisoformat(text).timetuple())
+    except ValueError:
+        return None
+
+
+def scheduler_view(state: NodeState) -> Scheduler:
+    drained = "DRAIN" in state.flags or state.base == "DOWN"
+    reason = state.reason
+    return Scheduler(busy=state.busy, drained=drained, reason=reason,
+                     ours=bool(reason and reason.startswith(REASON_PREFIX)), boot_time=_boot_epoch(state.boot_time))
+
+
+def scheduler_views(nodes: Sequence[str]) -> dict[str, Scheduler]:
+    return {name: scheduler_view(s) for name, s in node_states(nodes).items()} if nodes else {}
+
+
+class SlurmEffects:
+    """Actions through scontrol; a reset or restart over ``reach`` (node name -> Node), when given."""
+
+    acts = True
+
+    def __init__(self, reach: Mapping[str, Node] | None = None):
+        self.reach = dict(reach or {})
+
+    def __call__(self, action: Action) -> str | None:
+        if action.kind == "drain":
+            return set_state(action.node, "DRAIN", action.reason)
+        if action.kind == "resume":
+            return set_state(action.node, "RESUME")
+        if action.kind == "reboot":
+            # ASAP: no new job starts there, the reboot comes once the running ones end; DOWN
+            # afterwards, so nothing is scheduled on it before the retest resumes it.
+            r = slurm(["scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={action.reason}", action.node])
+            return None if r.exit_code == 0 else ((r.stderr or "").strip() or f"exit code {r.exit_code}")
+        if action.kind in ("reset", "restart"):
+            return self._on_node(action)
+        return None  # confirm, retest, person: the node's next readings (healthcheck, run) answer them
+
+    def _on_node(self, action: Action) -> str | None:
+        node = self.reach.get(action.node)
+        argv = ["nvidia-smi", "-r"] if action.kind == "reset" else ["systemctl", "restart",
+                                                                   str(action.detail.get("service"))]
+        if node is None:
+            return (f"no way onto {action.node} to run `{' '.join(argv)}` (give the lifecycle -H/--hosts and SSH "
+                    "options): do it by hand")
+        r = node.run(argv, timeout=COMMAND_TIMEOUT_S)
+        if r.exit_code == 0 and not r.timed_out:
+            return None
+        return f"`{' '.join(argv)}` on {action.node}: " + ((r.stderr or "").strip()[-200:] or r.error or
+                                                           f"exit code {r.exit_code}")
+
+
+class ForAPerson:
+    """Without a scheduler the states are kept the same, and every step is handed to a person:
+    nothing is carried out, and the events say "for a person"."""
+
+    acts = False
+
+    def __call__(self, action: Action) -> str | None:
+        return None

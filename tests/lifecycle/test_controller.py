@@ -1,0 +1,169 @@
+"""One lifecycle pass over a real store (both engines): decisions recorded before their actions,
+the breaker across runs, the lock that lets one controller act, a store that fails mid-way, and a
+refused action that leaves the node where it was. The actions go to a recorder here; on the real
+Slurm cluster they go to scontrol (tests/e2e/test_e2e_lifecycle.py)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+from runs import report
+
+from preflight.lifecycle import controller
+from preflight.lifecycle.machine import Action, Scheduler
+from preflight.lifecycle.policy import load
+from preflight.store import Store, parse
+from preflight.store import lifecycle as kept
+from preflight.store.read import Window, node_history
+from preflight.store.rows import rows_of
+
+POLICY, TIMINGS = load()
+IDLE = Scheduler(busy=False, drained=False, reason=None, ours=False)
+
+
+class Recorder:
+    acts = True
+
+    def __init__(self, refuse: dict[str, str] | None = None, then=None):
+        self.calls: list[Action] = []
+        self.refuse = refuse or {}
+        self.then = then
+
+    def __call__(self, action: Action) -> str | None:
+        self.calls.append(action)
+        if self.then:
+            self.then(action)
+        return self.refuse.get(action.kind)
+
+
+def at(day: float) -> float:
+    return rows_of(report("x", day, {}), started_fallback=0).run.started
+
+
+def record(store: Store, run_id: str, day: float, nodes: dict) -> None:
+    store.record(rows_of(report(run_id, day, nodes), started_fallback=0.0))
+
+
+def test_a_confirm_first_fault_is_suspect_then_drained_on_its_second_reading(store_url):
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": {"fail": ["clock-events"], "causes": ["thermal-throttling"]}, "n2": {}})
+        rec = Recorder()
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.001), rec, "test", scheduler={"n1": IDLE, "n2": IDLE})
+        assert [(o.node, o.step.state.state) for o in p.outcomes if o.step.moved] == [("n1", "suspect")]
+        assert [a.kind for a in rec.calls] == ["confirm"]
+        # Ten minutes later the same reading: confirmed, drained.
+        record(store, "r2", 1.0 + 600 / 86400, {"n1": {"fail": ["clock-events"], "causes": ["thermal-throttling"]}})
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.01), rec, "test", scheduler={"n1": IDLE, "n2": IDLE})
+        assert [a.kind for a in rec.calls] == ["confirm", "drain"]
+        assert rec.calls[-1].reason == "preflight: drained thermal-throttling r2"
+        assert kept.node_states(store)["n1"]["state"] == "drained"
+        h = node_history(store, "n1", Window(0))
+        assert [e["kind"] for e in h["events"]] == ["transition", "confirm", "transition", "drain"]
+        assert h["events"][2]["detail"] == {"from": "suspect", "to": "drained", "actions": ["drain"]}
+
+
+def test_a_suspect_that_passes_is_healthy_and_nothing_was_done(store_url):
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": {"fail": ["clock-events"], "causes": ["thermal-throttling"]}})
+        rec = Recorder()
+        controller.run_pass(store, POLICY, TIMINGS, at(1.001), rec, "test", scheduler={"n1": IDLE})
+        record(store, "r2", 1.0 + 600 / 86400, {"n1": {}})
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.01), rec, "test", scheduler={"n1": IDLE})
+        assert [a.kind for a in rec.calls] == ["confirm"]
+        assert kept.node_states(store)["n1"]["state"] == "healthy" and "false positive" in p.outcomes[0].step.why
+
+
+def test_the_breaker_counts_drains_across_passes(store_url):
+    """Twenty nodes with a fault one reading is enough for: the shipped breaker allows 10 % of the
+    known nodes (2) in its hour, the next pass none, whichever run found them."""
+    with Store.open(parse(store_url)) as store:
+        nodes = {f"n{i:02d}": {"fail": ["xid"], "causes": ["gpu-ecc-uncorrectable"]} for i in range(20)}
+        record(store, "r1", 1.0, nodes)
+        rec = Recorder()
+        views = dict.fromkeys(nodes, IDLE)
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.001), rec, "test", scheduler=views)
+        assert [a.kind for a in rec.calls] == ["drain", "drain"]
+        assert sum(1 for o in p.outcomes if o.refused and "breaker" in o.refused) == 18
+        rec2 = Recorder()
+        controller.run_pass(store, POLICY, TIMINGS, at(1.002), rec2, "test", scheduler=views)
+        assert rec2.calls == [] or all(a.kind != "drain" for a in rec2.calls)
+        # An hour later the window has passed: two more.
+        rec3 = Recorder()
+        controller.run_pass(store, POLICY, TIMINGS, at(1.001) + 3700, rec3, "test", scheduler=views)
+        assert [a.kind for a in rec3.calls].count("drain") == 2
+
+
+def test_two_controllers_at_once_one_acts(store_url):
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": {"fail": ["xid"], "causes": ["gpu-ecc-uncorrectable"]}})
+    recs, passes, start = [Recorder(), Recorder()], [None, None], threading.Barrier(2)
+
+    def one(i: int) -> None:
+        with Store.open(parse(store_url)) as store:
+            start.wait()
+            passes[i] = controller.run_pass(store, POLICY, TIMINGS, at(1.001), recs[i], "test", scheduler={"n1": IDLE},
+                                            holder=f"controller-{i}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    drains = [a for r in recs for a in r.calls if a.kind == "drain"]
+    assert len(drains) == 1  # the second found the lock taken, or the node already drained
+    held = [p for p in passes if p.lock_holder]
+    assert all(p.lock_holder.startswith("controller-") for p in held)
+
+
+def test_a_lock_another_controller_holds_is_respected_until_it_expires(store_url):
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": {"fail": ["xid"], "causes": ["gpu-ecc-uncorrectable"]}})
+        now = at(1.001)
+        assert kept.take_lock(store, controller.LOCK, "other:1", 300, now)
+        rec = Recorder()
+        p = controller.run_pass(store, POLICY, TIMINGS, now + 10, rec, "test", scheduler={"n1": IDLE})
+        assert p.lock_holder == "other:1" and rec.calls == [] and "n1" not in kept.node_states(store)
+        p = controller.run_pass(store, POLICY, TIMINGS, now + 301, rec, "test", scheduler={"n1": IDLE})
+        assert p.lock_holder is None and [a.kind for a in rec.calls] == ["drain"]
+
+
+def test_a_store_that_fails_mid_way_stops_the_pass_before_any_unrecorded_action(tmp_path):
+    """The first node's drain runs; then the store goes away (another writer holds it past the
+    busy timeout): the second node's step is not recorded, so it is not taken, and the pass says so."""
+    url = parse(f"sqlite:///{tmp_path}/s.sqlite")
+    with Store.open(url) as store:
+        record(store, "r1", 1.0, {"n1": {"fail": ["xid"], "causes": ["gpu-ecc-uncorrectable"]},
+                                  "n2": {"fail": ["xid"], "causes": ["gpu-ecc-uncorrectable"]}})
+    holder = sqlite3.connect(tmp_path / "s.sqlite", isolation_level=None)
+
+    def block(action: Action) -> None:
+        holder.execute("BEGIN IMMEDIATE")
+
+    rec = Recorder(then=block)
+    timings = {**TIMINGS, "breaker_drains": 10, "breaker_fraction": 1.0}
+    with Store.open(url, timeout_s=0.3) as store:
+        p = controller.run_pass(store, POLICY, timings, at(1.001), rec, "test", scheduler={"n1": IDLE, "n2": IDLE})
+    holder.rollback()
+    holder.close()
+    assert [a.node for a in rec.calls] == ["n1"]
+    assert p.stopped and "did not take" in p.stopped
+
+
+def test_a_refused_action_leaves_the_node_where_it_was(store_url):
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": {"fail": ["xid"], "causes": ["gpu-ecc-uncorrectable"]}})
+        rec = Recorder(refuse={"drain": "Invalid node name specified"})
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.001), rec, "test", scheduler={"n1": IDLE})
+        assert p.outcomes[0].refused == "drain refused: Invalid node name specified"
+        assert kept.node_states(store)["n1"]["state"] == "healthy"
+        assert [e["kind"] for e in node_history(store, "n1", Window(0))["events"]] == ["transition", "refused"]
+
+
+def test_a_dry_run_decides_and_records_nothing(store_url):
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": {"fail": ["xid"], "causes": ["gpu-ecc-uncorrectable"]}})
+        rec = Recorder()
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.001), rec, "test", scheduler={"n1": IDLE}, dry_run=True)
+        assert p.outcomes[0].step.state.state == "drained" and rec.calls == []
+        assert kept.node_states(store) == {} and node_history(store, "n1", Window(0))["events"] == []

@@ -1,0 +1,60 @@
+"""``preflight lifecycle`` on the command line, without a scheduler (each step handed to a person):
+a pass over the shipped example's verdicts, the listing, a person's --clear, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from preflight.app import cli
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "h200-fleet"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_pass_over_the_example_then_the_listing_and_a_clear(store_url, tmp_path, capsys):
+    run(capsys, "analyze", str(EXAMPLE), "--out", str(tmp_path), "-q", "--no-html", "--db", store_url)
+    code, out, _ = run(capsys, "lifecycle", "--once", "--json", "--db", store_url)
+    steps = {s["node"]: s for s in json.loads(out)["steps"]}
+    assert code == 0
+    # The NIC firmware mismatch is a fact one reading proves: drained (by a person: no scheduler).
+    assert steps["gpu006"]["to"] == "drained" and steps["gpu006"]["done"] == [
+        "for a person: drain gpu006 (preflight: drained nic-fw-driver-mismatch example)"]
+    # An inactive NVLink and an unreachable host are confirmed first.
+    assert steps["gpu007"]["to"] == steps["gpu009"]["to"] == "suspect"
+    assert "gpu001" not in steps
+    code, out, _ = run(capsys, "lifecycle", "--json", "--db", store_url)
+    states = json.loads(out)["states"]
+    assert [n["node"] for n in states["drained"]] == ["gpu006"] and states["drained"][0]["cause"] == \
+        "nic-fw-driver-mismatch"
+    assert [n["node"] for n in states["suspect"]] == ["gpu007", "gpu008", "gpu009"]
+    code, out, _ = run(capsys, "lifecycle", "gpu006", "--clear", "--reason", "firmware flashed", "--db", store_url)
+    assert code == 0 and "gpu006: drained -> healthy" in out
+    code, out, _ = run(capsys, "history", "gpu006", "--since", "3650d", "--json", "--db", store_url)
+    events = json.loads(out)["events"]
+    assert events[-1]["reason"] == "-> healthy: cleared by a person: firmware flashed"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["lifecycle", "--once", "--watch"], "--once or --watch, not both"),
+    (["lifecycle", "gpu1"], "only with --clear"),
+    (["lifecycle", "--clear"], "name the NODE"),
+])
+def test_bad_lifecycle_usage_exits_2(argv, message, capsys, tmp_path):
+    code, _, err = run(capsys, *argv, "--db", f"sqlite:///{tmp_path}/s.sqlite")
+    assert code == 2 and message in err
+
+
+def test_a_bad_site_file_exits_2_naming_it(tmp_path, capsys):
+    site = tmp_path / "site.yaml"
+    site.write_text("format: preflight-lifecycle/1\ncauses: {gpu-ecc-uncorrectable: {step: pray}}\n")
+    code, _, err = run(capsys, "lifecycle", "--once", "--site", str(site), "--db", f"sqlite:///{tmp_path}/s.sqlite")
+    assert code == 2 and f"{site}: causes.gpu-ecc-uncorrectable.step" in err
+    assert not (tmp_path / "s.sqlite").exists()
