@@ -27,7 +27,8 @@ FAILING = ("fail", "error")
 @dataclass(frozen=True)
 class Policy:
     repeat_count: int = 3  # incidents of one cause in the window that make a repeat offender
-    flap_transitions: int = 3  # fail<->pass changes of one check that make it flapping
+    flap_transitions: int = 3  # fail<->pass changes of one check that make it flapping ...
+    flap_runs: int = 20  # ... within its last this many verdicts on the node
     recent_runs: int = 3  # the readings that make a node's "recent" level
     baseline_runs: int = 10  # the earlier readings its own baseline is the median of
     min_baseline_runs: int = 5  # fewer earlier readings than this: no trend is claimed
@@ -89,9 +90,11 @@ def transitions(verdicts: Sequence[bool]) -> int:
 
 def flapping(sequences: Mapping[tuple[str, str], Sequence[bool]], policy: Policy) -> list[dict]:
     """``sequences``: (node, check) -> the check's verdicts on the node in time order (True:
-    failing)."""
+    failing). Only the last ``flap_runs`` count: flapping is a check changing its mind *now*; two
+    chance failures months apart in a year of daily runs are four changes too, and no flap."""
+    recent = {key: list(seq)[-policy.flap_runs:] for key, seq in sequences.items()}
     out = [{"node": node, "check": check, "transitions": n, "runs": len(seq), "failures": sum(seq)}
-           for (node, check), seq in sequences.items() if (n := transitions(seq)) >= policy.flap_transitions]
+           for (node, check), seq in recent.items() if (n := transitions(seq)) >= policy.flap_transitions]
     return sorted(out, key=lambda r: (-r["transitions"], r["node"], r["check"]))
 
 

@@ -29,6 +29,8 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # PostgreSQL's SQLSTATEs worth another try: too many connections, starting up, serialization
 # failure, deadlock. 1,000 healthchecks landing in one minute meet the first of them.
 _RETRY_STATES = {"53300", "57P03", "40001", "40P01"}
+_TRANSIENT_CONNECT = ("too many clients", "the database system is starting up",
+                      "Resource temporarily unavailable", "remaining connection slots are reserved")
 _MIGRATION_LOCK = 0x7072_6566  # the advisory lock key taken while migrating ("pref")
 
 
@@ -88,7 +90,8 @@ class Store:
 
     # ---- statements ---------------------------------------------------------------------------
     def _sql(self, sql: str) -> str:
-        return sql.replace("?", "%s") if self.dialect == POSTGRES else sql
+        # psycopg's placeholders are %s: a literal % in the SQL (a LIKE pattern) is written %%.
+        return sql.replace("%", "%%").replace("?", "%s") if self.dialect == POSTGRES else sql
 
     def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
         with self._errors():
@@ -326,8 +329,12 @@ def _connect_pg(url: StoreUrl, timeout_s: float):
                                    application_name="preflight", autocommit=False)
         except psycopg.Error as exc:
             err = _pg_error(url, exc)
-            # "too many clients" is a server at its connection limit: wait for a slot.
-            if not (err.retryable or "too many clients" in str(exc)) or time.monotonic() + delay > deadline:
+            # A server at its connection limit ("too many clients"), one starting up, or a unix
+            # socket whose accept queue is full (EAGAIN: a thousand healthchecks in one second)
+            # is worth waiting for. psycopg's connect errors carry no SQLSTATE: the words decide.
+            text = str(exc)
+            transient = err.retryable or any(w in text for w in _TRANSIENT_CONNECT)
+            if not transient or time.monotonic() + delay > deadline:
                 raise err from None
         time.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, 1.0)

@@ -56,7 +56,7 @@ def node_history(store: Store, node: str, window: Window) -> dict:
     runs = store.rows("SELECT h.run_id, r.kind, h.started, h.status, h.reachable, h.profile, r.launcher "
                       "FROM pf_host_results h "
                       "JOIN pf_runs r ON r.run_id = h.run_id WHERE h.host = ? AND h.started >= ? AND h.started <= ? "
-                      "ORDER BY h.started, h.run_id", params)
+                      "ORDER BY h.started, r.recorded, h.run_id", params)
     events = store.rows("SELECT at, kind, actor, reason, run_id, detail FROM pf_events WHERE node = ? AND at >= ? "
                         "AND at <= ? ORDER BY at, id", params)
     if not runs and not events and not store.rows("SELECT 1 FROM pf_host_results WHERE host = ? LIMIT 1", (node,)) \
@@ -91,20 +91,22 @@ def node_history(store: Store, node: str, window: Window) -> dict:
     }
 
 
-def _run_order(store: Store, window: Window, reachable_only: bool) -> dict[str, list[str]]:
-    """The run ids, in time order, of every node that failed something in the window;
-    ``reachable_only`` for checks' verdicts (a node that could not be reached was not judged),
-    every run for causes (host-unreachable is one)."""
+def _run_orders(store: Store, window: Window) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """The run ids, in time order, of every node that failed something in the window: all of
+    them (for causes: host-unreachable is one), and the reachable ones (for checks' verdicts: a
+    node that could not be reached was not judged). One query for both."""
     w = (window.since, window.end)
-    order: dict[str, list[str]] = defaultdict(list)
-    reach = "AND reachable = 1 " if reachable_only else ""
-    for host, run_id in store.rows(
-            f"SELECT host, run_id FROM pf_host_results WHERE started >= ? AND started <= ? {reach}"
+    every: dict[str, list[str]] = defaultdict(list)
+    reached: dict[str, list[str]] = defaultdict(list)
+    for host, run_id, reachable in store.rows(
+            "SELECT host, run_id, reachable FROM pf_host_results WHERE started >= ? AND started <= ? "
             "AND host IN (SELECT host FROM pf_diagnoses WHERE started >= ? AND started <= ? UNION "
             "SELECT host FROM pf_findings WHERE started >= ? AND started <= ? AND status IN ('fail', 'error')) "
             "ORDER BY host, started, run_id", w * 3):
-        order[host].append(run_id)
-    return order
+        every[host].append(run_id)
+        if reachable:
+            reached[host].append(run_id)
+    return every, reached
 
 
 def _checks_of_runs(store: Store, window: Window) -> dict[str, frozenset]:
@@ -114,8 +116,9 @@ def _checks_of_runs(store: Store, window: Window) -> dict[str, frozenset]:
     cache: dict[str, frozenset] = {}
     for run_id, checks in store.rows(
             "SELECT DISTINCT r.run_id, r.checks FROM pf_runs r JOIN pf_host_results h ON h.run_id = r.run_id "
-            "WHERE r.started >= ? AND r.started <= ? AND h.host IN (SELECT host FROM pf_findings WHERE started >= ? "
-            "AND started <= ? AND status IN ('fail', 'error'))", (window.since, window.end) * 2):
+            "WHERE r.started >= ? AND r.started <= ? AND h.started >= ? AND h.started <= ? "
+            "AND h.host IN (SELECT host FROM pf_findings WHERE started >= ? "
+            "AND started <= ? AND status IN ('fail', 'error'))", (window.since, window.end) * 3):
         out[run_id] = cache.get(checks) or cache.setdefault(checks, frozenset(json.loads(checks)))
     return out
 
@@ -139,8 +142,8 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
                          "JOIN pf_host_results h ON h.run_id = f.run_id AND h.host = f.host "
                          "WHERE f.started >= ? AND f.started <= ? AND h.reachable = 1 "
                          "AND f.status IN ('fail', 'error')", w)
-    order = _run_order(store, window, True) if failing else {}
-    cause_incidents = trends.incidents(_run_order(store, window, False) if cause_hits else {}, cause_hits)
+    every, order = _run_orders(store, window) if (failing or cause_hits) else ({}, {})
+    cause_incidents = trends.incidents(every, cause_hits)
     check_incidents = trends.incidents(order, failing)
 
     # Flapping: each failing check's verdicts on the node over the runs that judged it.
@@ -153,9 +156,15 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
         sequences[(host, check)] = [r in bad for r in order.get(host, ()) if r in bad or check in judged_by.get(r, ())]
 
     # Degrading: every figure's readings per node, in time order.
+    # Only each series' last readings, those a trend compares (and the spread is measured on):
+    # a year of daily runs is 13 readings a node, not 365.
+    keep = policy.recent_runs + policy.baseline_runs
     series: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for host, figure, value in store.rows("SELECT host, figure, value FROM pf_figures WHERE started >= ? "
-                                          "AND started <= ? ORDER BY host, figure, started, run_id", w):
+    for host, figure, value in store.rows(
+            "SELECT host, figure, value FROM (SELECT host, figure, value, started, run_id, ROW_NUMBER() OVER "
+            "(PARTITION BY host, figure ORDER BY started DESC, run_id DESC) AS back FROM pf_figures "
+            "WHERE started >= ? AND started <= ?) recent WHERE back <= ? ORDER BY host, figure, started, run_id",
+            (*w, keep)):
         series[(host, figure)].append(value)
     worse = {name: f.worse for name, f in FIGURES.items()}
 
