@@ -96,7 +96,9 @@ class SlurmCluster:
             (self.dir / sub).mkdir()
         self.conf = self.dir / "slurm.conf"
         self.munge_socket = self.dir / "run" / "munge.socket"
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        # XDG_STATE_HOME: what runs on the nodes (srun tasks, HealthCheckProgram) records into a
+        # results store of this cluster's own, never the machine's ~/.local/state.
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf), "XDG_STATE_HOME": str(self.dir / "state")}
         self._start_munged()
         self.port = _free_port()
         self.conf.write_text(self._slurm_conf())

@@ -94,7 +94,8 @@ def run_healthcheck(probes, checks, profiles, kb, out: Path, budget_s: float, no
     name = node or os.environ.get("SLURMD_NODENAME") or local_host_name().split(".")[0]
     run_id = f"{mode}-" + new_run_id()
     run_dir = out / run_id
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = time.time()
+    created = datetime.fromtimestamp(started_at, timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     plan = plan_for(probes, budget_s)
     writer = BundleWriter(run_dir / "bundle", [name], created,
@@ -117,6 +118,7 @@ def run_healthcheck(probes, checks, profiles, kb, out: Path, budget_s: float, no
                 action = Action("none", why=f"{action.kind} refused by Slurm: {complaint}")
     analysis.meta.update({"run_id": run_id, "kind": mode, "created": created, "preflight_version": __version__,
                           "launcher": "local", "duration_s": round(time.monotonic() - t0, 3),
+                          "started_at": round(started_at, 3),
                           "bundle": "bundle", "healthcheck": {"action": action.kind, "reason": action.reason,
                                                               "why": action.why,
                                                               "slurm_node_is_healthy":

@@ -77,7 +77,8 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
     bundle_dir = run_dir / "bundle"
     local = not req.hosts
     names = [local_host_name()] if local else [h.name for h in req.hosts]
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = time.time()
+    created = datetime.fromtimestamp(started_at, timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     meta = {"run_id": req.run_id, "preflight_version": __version__, "probes": [p.id for p in req.plan.probes],
             "checks": [c.id for c in req.checks], "local": local}
@@ -125,7 +126,8 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
     analysis = analyze(bundle, req.checks, req.profiles, req.kb, req.forced_profile, judged, req.histories)
     analysis.meta.update({"run_id": req.run_id, "kind": "run", "created": created, "preflight_version": __version__,
                           "launcher": "slurm" if req.slurm else ("local" if local else "ssh"),
-                          "duration_s": round(time.monotonic() - t0, 3), "bundle": "bundle"})
+                          "duration_s": round(time.monotonic() - t0, 3), "started_at": round(started_at, 3),
+                          "bundle": "bundle"})
     if req.histories:
         analysis.meta["history"] = history_digest(analysis, req.histories)
     write_reports(run_dir, analysis, req.html)

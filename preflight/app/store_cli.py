@@ -107,7 +107,8 @@ def record_report(url: StoreUrl | None, run_dir: Path, console: Console, command
             store.record(rows)
         return True
     except (StoreError, ReportShapeError, OSError, ValueError) as exc:
-        warn(console, f"results store {url.shown}: not recorded: {location.scrub(str(exc), url)}; the reports "
+        why = location.scrub(str(exc), url).removeprefix(f"{url.shown}: ")
+        warn(console, f"results store {url.shown}: not recorded: {why}; the reports "
                       f"are in {run_dir}; record them later with `preflight history import {run_dir}`")
         return False
 

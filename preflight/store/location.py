@@ -90,7 +90,8 @@ def scrub(text: str, url: StoreUrl) -> str:
                            *re.findall(r"(?i)password=([^&]+)", parts.query if parts else "")) if s]
     for s in secrets:
         text = text.replace(s, "***")
-    return text.replace(url.target, url.shown) if url.target != url.shown else text
+    # A PostgreSQL URL a driver quotes whole is shown masked; a SQLite path is no secret.
+    return text.replace(url.target, url.shown) if url.dialect == POSTGRES and url.target != url.shown else text
 
 
 def chosen(given: str | None, no_db: bool = False, env: dict | None = None) -> StoreUrl | None:

@@ -93,7 +93,11 @@ def rows_of(report: dict, *, started_fallback: float, command: str | None = None
     if not isinstance(run_id, str) or not run_id:
         raise ReportShapeError("the report has no run_id")
     hosts = report.get("hosts") if isinstance(report.get("hosts"), dict) else {}
-    started = epoch(report.get("created")) or started_fallback
+    # started_at: the run's start to the millisecond (created is to the second), so that a
+    # reading taken just after a lifecycle decision is seen as after it.
+    precise = report.get("started_at")
+    started = (float(precise) if isinstance(precise, (int, float)) and not isinstance(precise, bool)
+               else epoch(report.get("created")) or started_fallback)
     if duration_s is None and isinstance(report.get("duration_s"), (int, float)):
         duration_s = float(report["duration_s"])
     checks = [c.get("id") for c in report.get("checks") or () if isinstance(c, dict) and isinstance(c.get("id"), str)]

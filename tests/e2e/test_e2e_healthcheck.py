@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,7 +38,9 @@ def cluster(tmp_path_factory):
     conf = [f"HealthCheckProgram={script}", f"HealthCheckInterval={INTERVAL_S}", "HealthCheckNodeState=ANY"]
     with slurm_fleet(hosts, work, conf) as slurm:
         slurm.drain("gpu02", "someone else: memory test")  # before preflight's first verdict counts
-        env.write_text(f"export PYTHONPATH={ROOT} SLURM_CONF={slurm.conf}\n")
+        # One results store for the nodes' healthchecks, as a fleet's PREFLIGHT_DB would be.
+        slurm.store = f"sqlite:///{work / 'store.sqlite'}"
+        env.write_text(f"export PYTHONPATH={ROOT} SLURM_CONF={slurm.conf} PREFLIGHT_DB={slurm.store}\n")
         slurm.reports = out
         yield slurm
 
@@ -87,3 +90,19 @@ def test_a_faulty_node_drains_itself_and_is_resumed_once_fixed_and_another_drain
     assert reason(cluster, "gpu02").startswith("someone else: memory test [root@")
     runs = sorted((cluster.reports / "gpu02").glob("healthcheck-*"))
     assert runs and json.loads((runs[-1] / "report.json").read_text())["hosts"]["gpu02"]["status"] == "pass"
+
+    # Every healthcheck of both nodes is in the store, with the drain and the resume it made.
+    timeline = history(cluster, "gpu01")
+    assert {r["kind"] for r in timeline["runs"]} == {"healthcheck"} and timeline["runs"][0]["launcher"] == "local"
+    assert [r["status"] for r in timeline["runs"]][:1] == ["fail"] and timeline["runs"][-1]["status"] == "pass"
+    events = [(e["kind"], e["actor"]) for e in timeline["events"]]
+    assert events[0] == ("drain", "healthcheck") and ("resume", "healthcheck") in events
+    assert said.startswith(timeline["events"][0]["reason"])  # Slurm adds "[user@time]"
+    assert history(cluster, "gpu02")["events"] == []  # someone else's drain: preflight did nothing
+
+
+def history(cluster, node: str) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "preflight", "history", node, "--since", "1d", "--json", "--db",
+                           cluster.store], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)

@@ -30,6 +30,10 @@ SOAK = ROOT / "preflight" / "node"
 RECORDED = ROOT / "tests" / "fixtures" / "recorded"
 VENV = Path(os.environ.get("PREFLIGHT_VLLM_VENV", "/opt/preflight-vllm-venv"))
 CPU_ENV = (("VLLM_HOST_IP", "127.0.0.1"), ("VLLM_CPU_KVCACHE_SPACE", "1"), ("HF_HUB_OFFLINE", "1"))
+# Eager: no torch.compile at the server's start (22 s to ready here, 58 s compiled). What these
+# tests exercise is the engine, the load generator and the soak around a real server, not vLLM's
+# compiler; the CI budget is better spent on load than on compiling a tiny model three times.
+EAGER = ("--dtype", "float32", "--enforce-eager")
 
 
 def _load(path: Path, name: str):
@@ -193,7 +197,7 @@ START_LIMIT_S = 240.0  # the server starts in 30-100 s here (the first start com
 @NEEDS_VLLM
 def test_real_vllm_cpu_soak(tmp_path):
     params = ve.VllmParams(
-        model="tiny-llama-ci", python=str(VENV / "bin" / "python3"), extra_args=("--dtype", "float32"), env=CPU_ENV,
+        model="tiny-llama-ci", python=str(VENV / "bin" / "python3"), extra_args=EAGER, env=CPU_ENV,
         ready_timeout_s=START_LIMIT_S,
         load=lg.LoadConfig(concurrency=16, max_tokens=128, prompt_tokens=64, window_s=5.0))
     engine = ve.VllmEngine(params, tmp_path / "soak", seconds=START_LIMIT_S + LOAD_S)
@@ -318,7 +322,7 @@ def test_real_vllm_cpu_sweep_with_goodput(tmp_path):
     # Three levels on one real server, after warm-up requests, with goodput limits: each window
     # stamped with its level, goodput beside throughput, one vllm bench serve result a level.
     params = ve.VllmParams(
-        model="tiny-llama-ci", python=str(VENV / "bin" / "python3"), extra_args=("--dtype", "float32"), env=CPU_ENV,
+        model="tiny-llama-ci", python=str(VENV / "bin" / "python3"), extra_args=EAGER, env=CPU_ENV,
         ready_timeout_s=START_LIMIT_S,
         load=lg.LoadConfig(max_tokens=32, prompt_tokens=32, window_s=4.0, sweep=SWEEP, warmup_requests=4,
                            goodput=(("ttft", 2000.0), ("tpot", 200.0))))

@@ -127,9 +127,10 @@ def test_preflight_soak_local_vllm_on_the_cpu(tmp_path, monkeypatch, capsys):
     for key, value in CPU_ENV.items():
         monkeypatch.setenv(key, value)  # the agent, and so the server, inherit them
     t0 = time.monotonic()
-    # Half a minute of load (3 windows of 10 s) once the server answers, 16 requests in flight.
+    # Half a minute of load (3 windows of 10 s) once the server answers, 16 requests in flight;
+    # eager, as tests/node/test_vllm_cpu.py's EAGER says why.
     code = cli_main(["soak", "--local", "--engine", "vllm", "--model", "tiny-llama-ci", "--minutes", "0.5",
-                     "--vllm-python", str(VENV / "bin" / "python3"), "--vllm-arg=--dtype float32",
+                     "--vllm-python", str(VENV / "bin" / "python3"), "--vllm-arg=--dtype float32 --enforce-eager",
                      "--concurrency", "16", "--max-tokens", "128", "--out", str(tmp_path / "reports"),
                      "--node-dir", str(tmp_path / "node"), "--run-id", "vllm1", "-q"])
     took = time.monotonic() - t0
@@ -173,6 +174,15 @@ def test_preflight_soak_local_vllm_on_the_cpu(tmp_path, monkeypatch, capsys):
     assert set(checks["soak-throughput"]["data"]) == {"output_tokens_per_s", "requests_per_s",
                                                       "server_output_tokens_per_s"}
     assert CHECK_SERVER_LOG not in checks and report["diagnoses"] == []
+    # The soak is in the results store (this test's own embedded default, tests/conftest.py) with
+    # the figures a node's trend follows: its sustained tokens/s and its latency P99s.
+    capsys.readouterr()
+    assert cli_main(["history", host, "--since", "1d", "--json"]) == 0
+    (recorded,) = json.loads(capsys.readouterr().out)["runs"]
+    assert recorded["kind"] == "soak" and recorded["run_id"] == "vllm1" and recorded["status"] == "pass"
+    figures = recorded["figures"]
+    assert figures["soak_output_tokens_per_s"] == checks["soak-throughput"]["data"]["output_tokens_per_s"]["final"]
+    assert figures["soak_ttft_p99_ms"] == checks["soak-latency"]["data"]["ttft_p99_ms"] > 0
 
     # The server log is kept in the run directory, byte for byte the node's; the engine found
     # no failure in it up to the stop (what vLLM logs while it shuts down is no fault).
