@@ -10,7 +10,9 @@ from preflight.evidence.bundle import BundleError
 from preflight.judge.loader import CheckLoadError
 from preflight.knowledge.profiles import ProfileError
 from preflight.knowledge.site_profile import BaselineError
+from preflight.lifecycle.policy import PolicyError
 from preflight.soak.plan import SoakUsageError
+from preflight.store import StoreError, StoreUrlError
 
 
 class UsageError(Exception):
@@ -20,4 +22,7 @@ class UsageError(Exception):
 INPUT_ERRORS: tuple[type[Exception], ...] = (
     InventoryInvalid, UsageError, BundleError, ProfileError, PlaybookError, CheckLoadError, SoakUsageError,
     SlurmUsageError, BaselineError,
+    # The store's own commands (history, lifecycle) exit 2 on a store they cannot use; the run-like
+    # commands catch these themselves and warn (preflight.app.store_cli.record_report).
+    StoreError, StoreUrlError, PolicyError,
 )

@@ -21,10 +21,11 @@ from preflight.app.errors import UsageError
 from preflight.collect.slurm_job import SlurmUsageError
 from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.diagnose.engine import load_knowledge
-from preflight.lifecycle import controller, effects, policy
+from preflight.lifecycle import controller, effects, policy, rma
 from preflight.lifecycle.machine import STATES
 from preflight.store import Store, StoreError
 from preflight.store import lifecycle as kept
+from preflight.store.read import UnknownNode, Window, node_history
 from preflight.store.rows import iso
 
 PLAIN = {"markup": False, "highlight": False, "soft_wrap": True}
@@ -48,6 +49,10 @@ def add_parser(sub) -> None:
     lc.add_argument("--site", type=Path, metavar="FILE", help="the site's lifecycle file (silences, timings, "
                     "per-cause steps; playbooks/lifecycle.yaml's shape)")
     lc.add_argument("--clear", action="store_true", help="NODE: a person cleared it; back to healthy")
+    lc.add_argument("--rma", action="store_true", help="NODE: what a vendor case needs: its incidents with their "
+                    "evidence, GPU serials and board part numbers, VBIOS, NIC firmware and PSIDs, kernel-log lines, "
+                    "DCGM error codes (Markdown; --json)")
+    lc.add_argument("--since", default="30d", help="--rma: the incidents of this window (default 30d)")
     lc.add_argument("--reason", default="", help="--clear: why (kept with the event)")
     lc.add_argument("--json", action="store_true", help="print JSON")
     lc.add_argument("--db", metavar="URL", help="the store (default $PREFLIGHT_DB, else the embedded SQLite file)")
@@ -114,10 +119,14 @@ def _pass_json(p: controller.Pass) -> dict:
 def cmd_lifecycle(args, console: Console) -> int:
     if args.once and args.watch:
         raise UsageError("--once or --watch, not both")
+    if args.clear and args.rma:
+        raise UsageError("--clear or --rma, not both")
     if args.clear:
         return _clear(args, console)
-    if args.node and not args.clear:
-        raise UsageError("lifecycle NODE: only with --clear (the node's history: preflight history NODE)")
+    if args.rma:
+        return _rma(args, console)
+    if args.node:
+        raise UsageError("lifecycle NODE: only with --clear or --rma (the node's history: preflight history NODE)")
     if not (args.once or args.watch):
         with _store(args, create=False) as store:
             listing = _listing(store, time.time())
@@ -152,6 +161,29 @@ def _one_pass(args, store: Store, pol, timings, console: Console) -> int:
                             dry_run=args.dry_run)
     print(json.dumps(_pass_json(p), indent=1)) if args.json else _show_pass(p, console, args.dry_run)
     return EXIT_FAILED if (p.stopped or any(o.refused for o in p.outcomes)) else EXIT_OK
+
+
+def _rma(args, console: Console) -> int:
+    if not args.node:
+        raise UsageError("--rma: name the NODE")
+    window = Window(store_cli.since_of(args.since), time.time())
+    with _store(args, create=False) as store:
+        try:
+            timeline = node_history(store, args.node, window)
+        except UnknownNode as exc:
+            raise UsageError(str(exc)) from None
+        state = kept.node_states(store).get(args.node)
+        ids = [r["run_id"] for r in timeline["runs"]]
+        dirs = dict(store.rows(f"SELECT run_id, report_dir FROM pf_runs WHERE run_id IN ({', '.join('?' * len(ids))})",
+                               ids)) if ids else {}
+    if state:
+        state = {**state, "since_iso": iso(state["since"])}
+    result = rma.summary(args.node, state, timeline, dirs)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        console.print(rma.markdown(result), end="", **PLAIN)
+    return EXIT_OK
 
 
 def _clear(args, console: Console) -> int:

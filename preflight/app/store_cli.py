@@ -102,7 +102,7 @@ def record_report(url: StoreUrl | None, run_dir: Path, console: Console, command
     try:
         report = json.loads(path.read_text())
         rows = rows_of(report, started_fallback=path.stat().st_mtime,
-                       command=command_line() if command is None else command)
+                       command=command_line() if command is None else command, report_dir=str(run_dir.resolve()))
         with _open_for_write(url) as store:
             store.record(rows)
         return True
@@ -254,7 +254,8 @@ def _import(args, paths: list[str], console: Console) -> int:
     rows = []
     for path in reports:
         try:
-            rows.append(rows_of(json.loads(path.read_text()), started_fallback=path.stat().st_mtime))
+            rows.append(rows_of(json.loads(path.read_text()), started_fallback=path.stat().st_mtime,
+                                report_dir=str(path.parent.resolve())))
         except (ReportShapeError, ValueError, OSError) as exc:
             raise UsageError(f"history import: {path}: {exc}") from None
     added = 0

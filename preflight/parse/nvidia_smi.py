@@ -135,6 +135,7 @@ _GPU_FIELDS: tuple[_Field, ...] = (
         ("uuid", _S, "uuid", "GPU UUID"),
         ("serial", _S, "serial", "Serial Number"),
         ("vbios_version", _S, "vbios_version", "VBIOS Version"),
+        ("board_part_number", _S, "board_part_number", "Board Part Number"),
         ("pci_bus_id", _S, "pci/pci_bus_id", "PCI/Bus Id"),
         ("persistence_mode", _B, "persistence_mode", "Persistence Mode"),
         ("mig_mode", _B, "mig_mode/current_mig", "MIG Mode/Current"),

@@ -124,6 +124,7 @@ class GpuInfo:
     uuid: str | None = None
     serial: str | None = None
     vbios_version: str | None = None
+    board_part_number: str | None = None  # what a vendor (RMA) case asks for beside the serial
     persistence_mode: bool | None = None
     mig_mode: bool | None = None
     ecc_mode: bool | None = None

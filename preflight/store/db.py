@@ -210,9 +210,10 @@ class Store:
         def work(store: Store) -> bool:
             cur = store.execute(
                 "INSERT INTO pf_runs (run_id, kind, started, duration_s, launcher, version, command, status, "
-                "checks, hosts, recorded) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING",
+                "checks, hosts, recorded, report_dir) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id) DO NOTHING",
                 (r.run_id, r.kind, r.started, r.duration_s, r.launcher, r.version, r.command, r.status, r.checks,
-                 r.hosts, time.time()))
+                 r.hosts, time.time(), r.report_dir))
             if cur.rowcount == 0:
                 return False
             store.executemany("INSERT INTO pf_host_results (run_id, host, started, status, reachable, profile) "

@@ -37,6 +37,7 @@ class RunRow:
     status: str
     checks: str  # JSON list of the check ids the run judged
     hosts: int
+    report_dir: str | None = None  # where report.json (and the run's bundle/) were
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def kind_of(report: dict) -> str:
 
 
 def rows_of(report: dict, *, started_fallback: float, command: str | None = None,
-            duration_s: float | None = None) -> Rows:
+            duration_s: float | None = None, report_dir: str | None = None) -> Rows:
     """The rows of one report. ``started_fallback`` (the report file's time, say) stands in for
     a report that carries no start time (soak reports written before the store existed)."""
     if not isinstance(report, dict) or report.get("format") != "preflight-report/1":
@@ -110,7 +111,7 @@ def rows_of(report: dict, *, started_fallback: float, command: str | None = None
                  report.get("preflight_version") if isinstance(report.get("preflight_version"), str) else None,
                  command if command is not None else (report.get("command") if isinstance(report.get("command"), str)
                                                       else None),
-                 status, json.dumps(checks), len(hosts))
+                 status, json.dumps(checks), len(hosts), report_dir)
     out = Rows(run)
     for host, v in hosts.items():
         if isinstance(v, dict):

@@ -98,6 +98,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             name TEXT PRIMARY KEY,
             holder TEXT NOT NULL,
             expires {real} NOT NULL)""",
+        # Where a run's reports and bundle are, for the RMA summary's serials and firmware.
+        "ALTER TABLE pf_runs ADD COLUMN report_dir TEXT",
     )),
 )
 CURRENT = MIGRATIONS[-1][0]

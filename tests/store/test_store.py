@@ -213,8 +213,15 @@ def test_a_version_1_store_migrates_to_the_lifecycle_tables_with_its_runs(store_
     versions, then `migrate` adds the lifecycle's tables and keeps every run."""
     with Store.connect(parse(store_url)) as store:
         assert store.migrate(upto=1) == [1]
-        store.record(rows_of(report("old-1", 1, {"n1": {"fail": ["xid"], "causes": ["gpu-fallen-off-bus"]}}),
-                             started_fallback=0.0))
+
+        def old_release(s: Store) -> None:  # what the schema-1 release wrote for one run
+            s.execute("INSERT INTO pf_runs (run_id, kind, started, duration_s, launcher, version, command, status, "
+                      "checks, hosts, recorded) VALUES ('old-1', 'run', 86400, 1.5, 'ssh', '0.1.0', 'preflight run', "
+                      "'fail', '[\"xid\"]', 1, 86400)")
+            s.execute("INSERT INTO pf_host_results VALUES ('old-1', 'n1', 86400, 'fail', 1, 'hgx-h200')")
+            s.execute("INSERT INTO pf_diagnoses VALUES ('old-1', 'n1', 86400, 'gpu-fallen-off-bus', 'high', 'reboot')")
+
+        store.write(old_release)
     with pytest.raises(SchemaMismatch, match=r"version 1; this preflight reads version 2"):
         Store.open(parse(store_url))
     with Store.connect(parse(store_url)) as store:
@@ -222,3 +229,4 @@ def test_a_version_1_store_migrates_to_the_lifecycle_tables_with_its_runs(store_
     with Store.open(parse(store_url)) as store:
         assert node_history(store, "n1", Window(0))["runs"][0]["causes"][0]["cause"] == "gpu-fallen-off-bus"
         assert store.rows("SELECT COUNT(*) FROM pf_node_state") == [(0,)]
+        assert store.rows("SELECT run_id, report_dir FROM pf_runs") == [("old-1", None)]  # the new column, empty
