@@ -1,16 +1,25 @@
 """``preflight lifecycle --once --slurm`` on the real Slurm cluster (tests/slurmcluster.py), the
 readings recorded by real runs over SSH of simulated nodes with real faults: a single reading of a
 confirm-first cause never drains, a fault one reading proves drains through scontrol, someone
-else's drain is untouched, a step Slurm refuses leaves the node where it was, and two lifecycles
-started at once drain a node once.
+else's drain is untouched, two lifecycles started at once drain a node once; and the whole way
+back: drained, rebooted through the site's RebootProgram, retested, resumed.
 
-Not here yet: a RebootProgram that "reboots" a simulated node (docs/lifecycle.md)."""
+The test RebootProgram "reboots" a simulated node: it starts the node's slurmd again inside a new
+time namespace whose boot-time offset makes the node's uptime a few seconds, so slurmd reports a
+boot time after the reboot request, as a node that really rebooted does; slurmctld then takes the
+reboot as done (it waits for exactly that), and the node comes back DOWN as `nextstate=DOWN`
+asks. A node marked for it has its fault cleared by the reboot (its shims replaced by a healthy
+node's)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,13 +32,52 @@ pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[2]
 
 
+REBOOT = """#!/bin/sh
+# The test RebootProgram (tests/e2e/test_e2e_lifecycle.py): run by the node's slurmd, in its namespaces.
+node=$(hostname)
+now=$(date +%s)
+# slurmctld may send the reboot again to the slurmd this started (it never had its answer from
+# the one that was killed): a request within seconds of a restart is that one, already done.
+last=$(cat "{work}/restarted-$node" 2>/dev/null || echo 0)
+[ $((now - last)) -lt 4 ] && exit 0
+echo "$now $node" >> "{work}/reboots.log"
+[ -f "{work}/clear-on-reboot/$node" ] && cp "$(cat "{work}/clear-on-reboot/$node")"/* "{sims}/$node/bin/"
+# slurmctld takes the reboot as done when the node's boot time is later than the reboot it
+# issued: the new slurmd gets an uptime of 1 s, 3 s after this program started. The offset is
+# from the machine's own boot (its epoch below), not from this namespace's clock, which a
+# slurmd restarted here before already moved.
+setsid sh -c '
+    sleep 2
+    kill -9 "$(cat "$1")"; sleep 1
+    date +%s > "$4"
+    exec unshare --time --boottime=-$(( $(date +%s) - {booted} - 1 )) /usr/sbin/slurmd -D -f "$2" -N "$3"
+' sh "{run}/slurmd-$node.pid" "{conf}" "$node" "{work}/restarted-$node" </dev/null >/dev/null 2>&1 &
+exit 0
+"""
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     hosts = [healthy_h200("gpu01"), nvlink_inactive(healthy_h200("gpu02"), gpu=2, link=5),
-             gpu_fallen_off_bus(healthy_h200("gpu03")), gpu_fallen_off_bus(healthy_h200("gpu04"))]
-    with slurm_fleet(hosts, tmp_path_factory.mktemp("lifecycle")) as slurm:
+             gpu_fallen_off_bus(healthy_h200("gpu03")), gpu_fallen_off_bus(healthy_h200("gpu04")),
+             gpu_fallen_off_bus(healthy_h200("gpu05"))]
+    work = tmp_path_factory.mktemp("lifecycle")
+    script = work / "reboot"
+    with slurm_fleet(hosts, work, [f"RebootProgram={script}", "ResumeTimeout=60"]) as slurm:
+        booted = int(time.time() - float(Path("/proc/uptime").read_text().split()[0]))
+        script.write_text(REBOOT.format(work=work, sims=slurm.sim.workdir_of("gpu01").parent, run=slurm.dir / "run",
+                                        conf=slurm.conf, booted=booted))
+        script.chmod(0o755)
+        (work / "clear-on-reboot").mkdir()
+        slurm.work = work
         slurm.drain("gpu04", "someone else: memory test")
-        yield slurm
+        try:
+            yield slurm
+        finally:
+            # A slurmd the RebootProgram started is not the cluster's own child: end it here.
+            for pidfile in (slurm.dir / "run").glob("slurmd-*.pid"):
+                with contextlib.suppress(ValueError, ProcessLookupError):
+                    os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
 
 
 def state(cluster, node: str) -> str:
@@ -40,9 +88,9 @@ def reason(cluster, node: str) -> str:
     return cluster.slurm("scontrol", "show", "node", "-o", node).stdout.partition(" Reason=")[2].strip()
 
 
-def probe(cluster, out: Path, run_id: str, db: str) -> None:
+def probe(cluster, out: Path, run_id: str, db: str, hosts: str = "gpu[01-04]") -> None:
     sim = cluster.sim
-    main(["run", "-H", "gpu[01-04]", "--ssh-config", str(sim.ssh_config), "--known-hosts", str(sim.known_hosts),
+    main(["run", "-H", hosts, "--ssh-config", str(sim.ssh_config), "--known-hosts", str(sim.known_hosts),
           "--identity", str(sim.identity), "--quick", "-q", "--no-html", "--out", str(out), "--run-id", run_id,
           "--db", db])
 
@@ -52,32 +100,36 @@ def lifecycle(capsys, *argv: str) -> dict:
     return {s["node"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
 
 
-def test_the_way_from_a_reading_to_a_drain_on_real_slurm(cluster, tmp_path, capsys):
-    store_url = f"sqlite:///{tmp_path}/store.sqlite"
-    probe(cluster, tmp_path, "r1", store_url)
-    steps = lifecycle(capsys, "--db", store_url)
-    # An inactive NVLink, read once: suspect, and Slurm is not asked anything.
+def wait_rebooted(cluster, node: str) -> None:
+    """Until slurmctld has the node back from its reboot (DOWN, as nextstate=DOWN asks)."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = cluster.slurm("scontrol", "show", "node", "-o", node).stdout
+        if "State=DOWN" in line and "REBOOT" not in line:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{node} not back from its reboot: {line}")
+
+
+def test_a_confirm_first_reading_never_drains_and_a_proven_fault_drains(cluster, tmp_path, capsys):
+    """gpu02 read once: suspect, Slurm not asked. gpu03's GPU off the bus: drained at once, with
+    preflight's reason. gpu04, drained by someone else with the same fault, is left alone."""
+    db = f"sqlite:///{tmp_path}/store.sqlite"
+    probe(cluster, tmp_path, "r1", db)
+    steps = lifecycle(capsys, "--db", db)
     assert steps["gpu02"]["to"] == "suspect" and steps["gpu02"]["actions"][0]["kind"] == "confirm"
     assert state(cluster, "gpu02") == "idle"
-    # A GPU off the bus (Xid 79) is proven by one reading: drained, with preflight's reason.
     assert steps["gpu03"]["to"] == "drained" and steps["gpu03"]["done"] == [
         "drain gpu03 (preflight: drained gpu-fallen-off-bus r1)"]
     assert state(cluster, "gpu03") == "drained" and reason(cluster, "gpu03").startswith(
         "preflight: drained gpu-fallen-off-bus r1")
-    # The same fault on a node someone else drained: left alone, their reason kept.
     assert "gpu04" not in steps and reason(cluster, "gpu04").startswith("someone else: memory test")
-
-    # Next pass: gpu03 is idle, its cause's step is a reboot; this cluster has no RebootProgram,
-    # so Slurm refuses, and the node stays drained with the refusal recorded.
-    steps = lifecycle(capsys, "--db", store_url)
-    assert steps["gpu03"]["to"] == "remediating" and steps["gpu03"]["refused"].startswith("reboot refused: ")
-    assert state(cluster, "gpu03") == "drained"
-    assert main(["lifecycle", "--json", "--db", store_url]) == 0
+    assert main(["lifecycle", "--json", "--db", db]) == 0
     listing = json.loads(capsys.readouterr().out)["states"]
     assert [n["node"] for n in listing["drained"]] == ["gpu03"] and [n["node"] for n in listing["suspect"]] == ["gpu02"]
-    assert main(["history", "gpu03", "--since", "1d", "--json", "--db", store_url]) == 0
-    kinds = [e["kind"] for e in json.loads(capsys.readouterr().out)["events"]]
-    assert kinds == ["transition", "drain", "transition", "refused"]
+    assert main(["history", "gpu03", "--since", "1d", "--json", "--db", db]) == 0
+    events = json.loads(capsys.readouterr().out)["events"]
+    assert [(e["kind"], e["detail"].get("to")) for e in events] == [("transition", "drained"), ("drain", None)]
     cluster.resume("gpu03")
 
 
@@ -87,10 +139,12 @@ def test_two_lifecycles_at_once_drain_a_confirmed_node_once(cluster, tmp_path, c
     fleet's controllers do, and start together: gpu02 is drained by exactly one of them."""
     store_url = pg.create_database("lifecycle_two")
     site = tmp_path / "site.yaml"
-    site.write_text("format: preflight-lifecycle/1\ntimings: {confirm_delay_s: 0, breaker_fraction: 1.0}\n")
-    probe(cluster, tmp_path, "c1", store_url)
+    # (nvlink-down's step a person's here: the slower of the two finds gpu02 drained, not rebooted)
+    site.write_text("format: preflight-lifecycle/1\ntimings: {confirm_delay_s: 0, breaker_fraction: 1.0}\n"
+                    "causes: {nvlink-down: {confirm: again, step: none, person: reseat}}\n")
+    probe(cluster, tmp_path, "c1", store_url, "gpu[01-02]")
     lifecycle(capsys, "--db", store_url, "--site", str(site))
-    probe(cluster, tmp_path, "c2", store_url)
+    probe(cluster, tmp_path, "c2", store_url, "gpu[01-02]")
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/local/bin:/usr/bin:/bin", "SLURM_CONF": str(cluster.conf)}
     argv = [sys.executable, "-m", "preflight", "lifecycle", "--once", "--slurm", "--json", "--db", store_url,
             "--site", str(site)]
@@ -102,4 +156,37 @@ def test_two_lifecycles_at_once_drain_a_confirmed_node_once(cluster, tmp_path, c
     assert len(drained) == 1, outs
     assert state(cluster, "gpu02") == "drained" and reason(cluster, "gpu02").startswith("preflight: drained nvlink-down")
     cluster.resume("gpu02")
-    cluster.resume("gpu03")
+
+
+def test_drained_rebooted_retested_resumed(cluster, tmp_path, capsys):
+    """gpu05's GPU fell off the bus: drained on its one reading; idle, so rebooted through the
+    RebootProgram (which clears the fault); seen rebooted by its new boot time; retested over SSH;
+    passed; resumed. Every step is in its history."""
+    db = f"sqlite:///{tmp_path}/store.sqlite"
+    site = tmp_path / "site.yaml"
+    site.write_text("format: preflight-lifecycle/1\ntimings: {startup_grace_s: 0, breaker_fraction: 1.0}\n")
+    (cluster.work / "clear-on-reboot" / "gpu05").write_text(str(cluster.sim.workdir_of("gpu01") / "bin"))
+    probe(cluster, tmp_path, "b1", db, "gpu05")
+    assert lifecycle(capsys, "--db", db, "--site", str(site))["gpu05"]["to"] == "drained"
+    assert state(cluster, "gpu05") == "drained"
+
+    asked = time.time()
+    steps = lifecycle(capsys, "--db", db, "--site", str(site))
+    assert steps["gpu05"]["to"] == "remediating" and steps["gpu05"]["done"][0].startswith("reboot gpu05")
+    wait_rebooted(cluster, "gpu05")
+    assert (cluster.work / "reboots.log").read_text().split()[1:] == ["gpu05"]
+
+    steps = lifecycle(capsys, "--db", db, "--site", str(site))
+    assert steps.get("gpu05", {}).get("to") == "retesting", (steps, cluster.slurm("scontrol", "show", "node", "-o",
+                                                                                   "gpu05").stdout)
+    probe(cluster, tmp_path, "b2", db, "gpu05")  # the retest: the fault is gone
+    steps = lifecycle(capsys, "--db", db, "--site", str(site))
+    assert steps["gpu05"]["to"] == "resumed" and steps["gpu05"]["done"] == ["resume gpu05 (passes b2)"]
+    assert state(cluster, "gpu05") == "idle"
+    assert main(["history", "gpu05", "--since", "1d", "--json", "--db", db]) == 0
+    events = json.loads(capsys.readouterr().out)["events"]
+    moves = [e["detail"]["to"] for e in events if e["kind"] == "transition"]
+    assert moves == ["drained", "remediating", "retesting", "resumed"]
+    assert [e["kind"] for e in events if e["kind"] != "transition"] == ["drain", "reboot", "retest", "resume"]
+    # The slurmd the RebootProgram started is the one that answers now.
+    assert int((cluster.work / "restarted-gpu05").read_text()) >= int(asked)
