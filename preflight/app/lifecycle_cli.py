@@ -23,7 +23,7 @@ from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.diagnose.engine import load_knowledge
 from preflight.lifecycle import controller, effects, policy, rma
 from preflight.lifecycle.machine import STATES
-from preflight.store import Store, StoreError
+from preflight.store import Store
 from preflight.store import lifecycle as kept
 from preflight.store.read import UnknownNode, Window, node_history
 from preflight.store.rows import iso
@@ -59,13 +59,7 @@ def add_parser(sub) -> None:
 
 
 def _store(args, create: bool) -> Store:
-    url = store_cli.store_of(args)
-    if url is None:
-        raise UsageError("the lifecycle lives in the results store: not with an empty $PREFLIGHT_DB")
-    try:
-        return Store.open(url, create=create)
-    except StoreError as exc:
-        raise UsageError(str(exc)) from None
+    return Store.open(store_cli.required_url(args), create=create)
 
 
 def _listing(store: Store, now: float) -> dict:

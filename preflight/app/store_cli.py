@@ -181,17 +181,21 @@ def add_parser(sub) -> None:
     h.add_argument("--db", metavar="URL", help=f"the store (default ${location.ENV}, else the embedded SQLite file)")
 
 
-def _open_for_read(args, create: bool = False, migrate: bool = False) -> Store:
+def required_url(args) -> StoreUrl:
+    """The store a command that reads or changes it needs (history, its import and migrate, the
+    lifecycle): ``--db``, else ``$PREFLIGHT_DB``, else the embedded file; none is bad usage."""
     try:
-        url = chosen(args.db)
+        url = chosen(getattr(args, "db", None))
     except StoreUrlError as exc:
         raise UsageError(f"--db / ${location.ENV}: {exc}") from None
     if url is None:
         raise UsageError(f"${location.ENV} is empty (no store); name one with --db")
-    try:
-        return Store.open(url, create=create, migrate=migrate)
-    except StoreError as exc:
-        raise UsageError(str(exc)) from None
+    return url
+
+
+def _open_for_read(args, create: bool = False) -> Store:
+    # A store that cannot be opened is a StoreError: bad input to these commands (app.errors).
+    return Store.open(required_url(args), create=create)
 
 
 def cmd_history(args, console: Console) -> int:
@@ -286,18 +290,10 @@ def _prune(args, console: Console) -> int:
 
 
 def _migrate(args, console: Console) -> int:
-    try:
-        url = chosen(args.db)
-    except StoreUrlError as exc:
-        raise UsageError(f"--db / ${location.ENV}: {exc}") from None
-    if url is None:
-        raise UsageError(f"${location.ENV} is empty (no store); name one with --db")
-    try:
-        with Store.connect(url, create=True) as store:
-            before = store.version()
-            applied = store.migrate()
-    except StoreError as exc:
-        raise UsageError(str(exc)) from None
+    url = required_url(args)
+    with Store.connect(url, create=True) as store:
+        before = store.version()
+        applied = store.migrate()
     console.print(f"{url.shown}: schema version {before}" + (f" -> {applied[-1]}" if applied else
                                                               " (up to date)"), **PLAIN)
     return EXIT_OK
