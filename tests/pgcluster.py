@@ -51,6 +51,7 @@ class PgCluster:
     socket_dir: Path
     log: Path
     user: str
+    opts: str = ""
 
     def url(self, database: str = "postgres") -> str:
         # libpq takes a unix socket directory as the host, percent-encoded in a URL.
@@ -96,7 +97,21 @@ def start(max_connections: int = 100) -> PgCluster:
                                      "-w", "-t", "60", "start"]), capture_output=True, text=True, timeout=90)
     if proc.returncode:
         raise RuntimeError(f"pg_ctl start failed: {proc.stderr}\n{log.read_text(errors='replace')}")
-    return PgCluster(root, sock, log, user)
+    return PgCluster(root, sock, log, user, opts)
+
+
+def halt(cluster: PgCluster) -> None:
+    """The server gone at once, as a crash or a lost database host: its data stays for ``resume``."""
+    subprocess.run(_as_owner([str(_bindir() / "pg_ctl"), "-D", str(cluster.root / "data"), "-m", "immediate",
+                              "-w", "stop"]), capture_output=True, timeout=60, check=True)
+
+
+def resume(cluster: PgCluster) -> None:
+    proc = subprocess.run(_as_owner([str(_bindir() / "pg_ctl"), "-D", str(cluster.root / "data"), "-l",
+                                     str(cluster.log), "-o", cluster.opts, "-w", "-t", "60", "start"]),
+                          capture_output=True, text=True, timeout=90)
+    if proc.returncode:
+        raise RuntimeError(f"pg_ctl start failed: {proc.stderr}\n{cluster.log.read_text(errors='replace')}")
 
 
 def stop(cluster: PgCluster) -> None:

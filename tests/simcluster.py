@@ -72,6 +72,9 @@ class Reply:
     # (path relative to /sys/class, new content) files of the host's sysfs this invocation rewrites
     # after printing: a counter that grows while a benchmark runs, read again after it.
     sysfs_writes: tuple[tuple[str, str], ...] = ()
+    # After this invocation the host's shims are those of the host named here: a GPU reset or a
+    # service restart that clears the node's fault (it answers as that healthy host from then on).
+    becomes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -410,6 +413,11 @@ def _play(reply: Reply, text_file: Path, sysfs_dir: Path) -> str:
         source = text_file.with_name(f"{text_file.name}.sysfs{n}")
         source.write_text(content)
         steps.append(f"cat {shlex.quote(str(source))} >{shlex.quote(str(sysfs_dir / path))}")
+    if reply.becomes:
+        # Each shim replaced by a new file (cp, then mv): the one running now keeps its own.
+        mine, theirs = text_file.parent.parent / "bin", text_file.parent.parent.parent / reply.becomes / "bin"
+        steps.append(f'for f in {shlex.quote(str(theirs))}/*; do cp "$f" {shlex.quote(str(mine))}/.becomes && '
+                     f'mv {shlex.quote(str(mine))}/.becomes {shlex.quote(str(mine))}/"${{f##*/}}"; done')
     steps.append(f"exit {reply.exit_code}")
     return "; ".join(steps)
 

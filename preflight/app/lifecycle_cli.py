@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
 import time
 from pathlib import Path
 
 from rich.console import Console
 
-from preflight.app import store_cli
+from preflight.app import options, store_cli, targets
 from preflight.app.errors import UsageError
+from preflight.app.retest import Retest, level_of
 from preflight.collect.slurm_job import SlurmUsageError
+from preflight.collect.ssh import SshNode
 from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.diagnose.engine import load_knowledge
 from preflight.lifecycle import controller, effects, policy, rma
@@ -38,6 +42,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  preflight lifecycle\n  preflight lifecycle --once --slurm --dry-run\n"
                "  preflight lifecycle --watch --slurm --interval 300 --db postgresql://pf@db01/preflight\n"
+               "  preflight lifecycle --once --slurm --hosts hosts.txt --known-hosts /etc/preflight/known_hosts\n"
                "  preflight lifecycle gpu017 --clear --reason 'GPU replaced, RMA 4711'")
     lc.add_argument("node", nargs="?", help="one node (with --clear)")
     lc.add_argument("--once", action="store_true", help="one pass over the fleet: decide and act")
@@ -56,6 +61,17 @@ def add_parser(sub) -> None:
     lc.add_argument("--reason", default="", help="--clear: why (kept with the event)")
     lc.add_argument("--json", action="store_true", help="print JSON")
     lc.add_argument("--db", metavar="URL", help="the store (default $PREFLIGHT_DB, else the embedded SQLite file)")
+    lc.add_argument("--dcgm-level", type=int, choices=(1, 2, 3, 4), metavar="N",
+                    help="a retest's dcgmi diag level (default: the policy's retest_dcgm_level, 2)")
+    reach = lc.add_argument_group(
+        "reaching the nodes", "the nodes the lifecycle may reset, restart a service on and retest, over SSH (without "
+        "them those steps wait, and a node's next run is its retest)")
+    options.add(reach, tuple(o for o in options.TARGETS if o.dest != "local"), exclusive=True)
+    options.add(reach, tuple(o for o in options.OUTPUT if o.dest == "out"))
+    reach.add_argument("--retest-arg", action="append", default=[], metavar="ARG",
+                       help="one more option for the retest's run, passed as it is (e.g. --retest-arg=--nccl-reps=2; "
+                            "repeatable)")
+    options.add_ssh(lc)
 
 
 def _store(args, create: bool) -> Store:
@@ -89,6 +105,8 @@ def _show_pass(p: controller.Pass, console: Console, dry_run: bool) -> None:
         console.print(f"another lifecycle holds the store's lock ({p.lock_holder}): nothing done", **PLAIN)
         return
     for o in p.outcomes:
+        if o.waiting:
+            console.print(f"{o.node}: waiting: {o.waiting}", **PLAIN)
         if not o.step.moved:
             continue
         verb = "would " if dry_run else ""
@@ -107,7 +125,8 @@ def _pass_json(p: controller.Pass) -> dict:
     return {"lock_holder": p.lock_holder, "stopped": p.stopped,
             "steps": [{"node": o.node, "to": o.step.state.state, "why": o.step.why,
                        "actions": [{"kind": a.kind, "reason": a.reason} for a in o.step.actions],
-                       "done": list(o.done), "refused": o.refused} for o in p.outcomes if o.step.moved]}
+                       "done": list(o.done), "refused": o.refused} for o in p.outcomes if o.step.moved],
+            "waiting": [{"node": o.node, "why": o.step.why, "lacks": o.waiting} for o in p.outcomes if o.waiting]}
 
 
 def cmd_lifecycle(args, console: Console) -> int:
@@ -130,16 +149,34 @@ def cmd_lifecycle(args, console: Console) -> int:
         pol, timings = policy.load(args.site, set(load_knowledge().causes))
     except policy.PolicyError as exc:
         raise UsageError(str(exc)) from None
+    hosts = {h.name: h for h in targets.hosts_of(args)}
+    ssh = targets.ssh_of(args)
+    if hosts and not args.slurm:
+        raise UsageError("-H/--hosts: the lifecycle resets and retests only with --slurm, which says whether a job "
+                         "runs on the node; without it every step is reported for a person")
+    stop = _Stop() if args.watch else None
     code = EXIT_OK
     while True:
         with _store(args, create=True) as store:
-            code = _one_pass(args, store, pol, timings, console)
-        if not args.watch:
+            code = _one_pass(args, store, pol, timings, console, hosts, ssh)
+        if stop is None or stop.wait(args.interval):
             return code
-        time.sleep(args.interval)
 
 
-def _one_pass(args, store: Store, pol, timings, console: Console) -> int:
+class _Stop:
+    """--watch ends at SIGTERM (systemd's stop) or SIGINT between passes, never inside one: a
+    pass whose step was recorded carries it out."""
+
+    def __init__(self):
+        self.event = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.event.set())
+
+    def wait(self, seconds: float) -> bool:
+        return self.event.wait(seconds) or self.event.is_set()
+
+
+def _one_pass(args, store: Store, pol, timings, console: Console, hosts: dict, ssh) -> int:
     now = time.time()
     nodes = sorted(set(kept.node_states(store)) | set(kept.readings(store, now - timings.get("escalate_window_s",
                                                                                            7 * 86400))))
@@ -150,9 +187,16 @@ def _one_pass(args, store: Store, pol, timings, console: Console) -> int:
             views = effects.scheduler_views(nodes)
         except SlurmUsageError as exc:
             raise UsageError(str(exc)) from None
-        act = effects.SlurmEffects()
-    p = controller.run_pass(store, pol, timings, now, act, f"lifecycle:{store_cli.actor()}", nodes, views,
-                            dry_run=args.dry_run)
+        reach = {name: SshNode(h, ssh) for name, h in hosts.items()}
+        retest = Retest(hosts, ssh, store.url, args.out, level_of(args, timings),
+                        float(timings.get("step_timeout_s", 1800.0)), tuple(args.retest_arg)) if hosts else None
+        act = effects.SlurmEffects(reach, retest, retest.timeout_s if retest else 0.0)
+    try:
+        p = controller.run_pass(store, pol, timings, now, act, f"lifecycle:{store_cli.actor()}", nodes, views,
+                                dry_run=args.dry_run, clock=time.time)
+    finally:
+        for node in getattr(act, "reach", {}).values():
+            node.close()
     print(json.dumps(_pass_json(p), indent=1)) if args.json else _show_pass(p, console, args.dry_run)
     return EXIT_FAILED if (p.stopped or any(o.refused for o in p.outcomes)) else EXIT_OK
 

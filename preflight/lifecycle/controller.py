@@ -15,11 +15,13 @@ Order matters for what can go wrong:
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from preflight.lifecycle.machine import Action, Evidence, LifeState, Policy, Reading, Scheduler, Step, transition
 from preflight.store import StoreError
@@ -36,6 +38,7 @@ class Outcome:
     step: Step
     done: tuple[str, ...] = ()  # what was carried out, one line per action
     refused: str | None = None  # why the step was not taken (breaker, a store that failed, an effect refused)
+    waiting: str | None = None  # what the step needs that this controller lacks (a way onto the node)
 
 
 @dataclass
@@ -77,13 +80,28 @@ def decide(store: Store, policy: Policy, timings: Mapping, now: float, nodes: li
     return out
 
 
-def _breaker_room(store: Store, timings: Mapping, now: float, known: int) -> int:
+@dataclass
+class Breaker:
+    """At most ``limit`` nodes drained by preflight in the window, across runs and commands. It
+    counts nodes, not drains: a node drained again (its fault back after a resume) widens
+    nothing, and a mass drain is what it is there to stop."""
+
+    limit: int
+    drained: set[str]
+
+    def allows(self, node: str) -> bool:
+        return node in self.drained or len(self.drained) < self.limit
+
+    def took(self, node: str) -> None:
+        self.drained.add(node)
+
+
+def _breaker(store: Store, timings: Mapping, now: float, known: int) -> Breaker:
     limit = int(timings.get("breaker_drains", 10))
     share = float(timings.get("breaker_fraction", 0.1))
     if known:
         limit = min(limit, max(1, math.floor(share * known)))
-    used = kept.drains_since(store, now - float(timings.get("breaker_window_s", 3600)))
-    return max(0, limit - used)
+    return Breaker(limit, kept.drained_since(store, now - float(timings.get("breaker_window_s", 3600))))
 
 
 def _row(s: LifeState) -> dict:
@@ -91,76 +109,150 @@ def _row(s: LifeState) -> dict:
             "requested": s.requested, "retest_failures": s.retest_failures}
 
 
+# A node may take several steps in one pass when each is done at once: drained -> remediating
+# (a reset returns) -> retesting -> the retest -> resumed. A reboot, a grace or a busy node ends
+# the chain; it goes on in a later pass.
+MAX_STEPS_PER_PASS = 5
+
+
+def _feasible(step: Step, before: LifeState, effects) -> tuple[Step, str | None]:
+    """The step cut to what the effects can do (a reset or a retest needs a way onto the node):
+    one that cannot be carried out is not taken, nor recorded as an event every pass; the node
+    waits where it is, and the pass says what it lacks."""
+    can = getattr(effects, "can", None)
+    if can is None or not step.actions:
+        return step, None
+    missing = [a for a in step.actions if not can(a)]
+    if not missing:
+        return step, None
+    why = "; ".join(dict.fromkeys(getattr(effects, "lacks", lambda a: f"no way to {a.kind} from here")(a)
+                                  for a in missing))
+    return Step(before, (), f"{step.why}: not taken: {why}"), why
+
+
 def run_pass(store: Store, policy: Policy, timings: Mapping, now: float, effects: Callable[[Action], str | None],
              actor: str, nodes: list[str] | None = None, scheduler: Mapping[str, Scheduler] | None = None,
-             dry_run: bool = False, holder: str | None = None) -> Pass:
+             dry_run: bool = False, holder: str | None = None, clock: Callable[[], float] | None = None) -> Pass:
     """Decide every node's step and carry it out. ``effects(action)`` runs one action and
-    returns a complaint (Slurm's refusal, a command's error) or None."""
+    returns a complaint (Slurm's refusal, a command's error) or None; ``effects.can(action)``,
+    where given, says whether it can; ``effects.view(node)``, the node's scheduler state again
+    after a step. ``clock`` stamps the steps after the first of a node (default: ``now``)."""
     result = Pass()
     holder = holder or holder_name()
-    if not dry_run and not kept.take_lock(store, LOCK, holder, LOCK_TTL_S, now):
+    clock = clock or (lambda: now)
+    ttl = LOCK_TTL_S + float(getattr(effects, "longest_s", 0.0))
+    if not dry_run and not kept.take_lock(store, LOCK, holder, ttl, now):
         found = kept.lock_holder(store, LOCK)
         result.lock_holder = found[0] if found else "another controller"
         return result
     try:
         decided = decide(store, policy, timings, now, nodes, scheduler)
-        room = _breaker_room(store, timings, now, len(decided))
+        room = _breaker(store, timings, now, len(decided))
         for before, step in decided:
-            if not step.moved:
-                result.outcomes.append(Outcome(before.node, step))
-                continue
-            drains = [a for a in step.actions if a.kind == "drain" and not a.detail.get("rma")]
-            if drains and room <= 0:
-                result.outcomes.append(Outcome(before.node, step, refused="the breaker: too many drains in its "
-                                               "window (docs/lifecycle.md); the node keeps its state"))
-                continue
-            if dry_run:
-                result.outcomes.append(Outcome(before.node, step))
-                continue
-            event = {"kind": "transition", "actor": actor, "reason": step.why, "run_id": step.state.run_id,
-                     "at": now, "detail": {"from": before.state, "to": step.state.state,
-                                           "actions": [a.kind for a in step.actions]}}
+            for n in range(MAX_STEPS_PER_PASS):
+                step, lacking = _feasible(step, before, effects)
+                if lacking:
+                    result.outcomes.append(Outcome(before.node, step, waiting=lacking))
+                    break
+                outcome = _carry(store, before, step, effects, actor, room, dry_run, holder, ttl, clock() if n else now)
+                result.outcomes.append(outcome)
+                if outcome.refused and outcome.refused.startswith(STOPPED):
+                    result.stopped = outcome.refused[len(STOPPED):]
+                    return result
+                if dry_run or outcome.refused or not _goes_on(outcome):
+                    break
+                view = getattr(effects, "view", None)
+                sched = dict(scheduler or {})
+                if view is not None and scheduler is not None:
+                    sched[before.node] = view(before.node)
+                try:
+                    [(before, step)] = decide(store, policy, timings, clock(), [before.node],
+                                              sched if scheduler is not None else None)
+                except StoreError as exc:
+                    result.stopped = f"the store could not be read after {before.node}'s step, so nothing more was " \
+                                     f"done: {exc}"
+                    return result
+    finally:
+        if not dry_run:
             try:
-                kept.put_state(store, _row(step.state), event)
-            except StoreError as exc:
-                result.stopped = f"the store did not take {before.node}'s step, so nothing more was done: {exc}"
-                result.outcomes.append(Outcome(before.node, step, refused=result.stopped))
-                break
-            room -= len(drains)
-            done, refused = [], None
-            acts = getattr(effects, "acts", True)
-            for action in step.actions:
-                if not acts:
-                    done.append(f"for a person: {action.kind} {action.node}" + (f" ({action.reason})" if action.reason
-                                                                                 else ""))
-                    try:
-                        store.add_event(action.node, f"for-a-person:{action.kind}", actor, action.reason,
-                                        step.state.run_id, at=now)
-                    except StoreError as exc:
-                        refused = f"not recorded: {exc}"
-                        break
-                    continue
-                complaint = effects(action)
-                if complaint:
-                    refused = f"{action.kind} refused: {complaint}"
+                kept.drop_lock(store, LOCK, holder)
+            except StoreError:
+                pass  # it expires on its own after its ttl
+    return result
+
+
+STOPPED = "stopped: "
+
+
+def _goes_on(o: Outcome) -> bool:
+    progressed = bool(o.done) or o.step.why.startswith("->")
+    return progressed and (o.step.state.state in ("remediating", "retesting")
+                             or any(line.startswith("retest ") for line in o.done))
+
+
+def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, room: Breaker, dry_run: bool,
+           holder: str, ttl: float, now: float) -> Outcome:
+    """One node's step: recorded, then carried out, its outcome recorded. A refusal starting
+    with STOPPED means the store failed and the pass must end."""
+    if not step.moved:
+        return Outcome(before.node, step)
+    drains = [a for a in step.actions if a.kind == "drain" and not a.detail.get("rma")]
+    if drains and not room.allows(before.node):
+        return Outcome(before.node, step, refused="the breaker: too many drains in its window (docs/lifecycle.md); "
+                                                  "the node keeps its state")
+    if dry_run:
+        return Outcome(before.node, step)
+    moves = step.state != before
+    event = {"kind": "transition", "actor": actor, "reason": step.why, "run_id": step.state.run_id,
+             "at": now, "detail": {"from": before.state, "to": step.state.state,
+                                   "actions": [a.kind for a in step.actions]}}
+    try:
+        # A long action (a retest) keeps the lock for as long as it may take.
+        kept.take_lock(store, LOCK, holder, ttl, now)
+        if moves:
+            kept.put_state(store, _row(step.state), event)
+        actions = [_with_store(store, a) for a in step.actions]
+    except StoreError as exc:
+        return Outcome(before.node, step, refused=f"{STOPPED}the store did not take {before.node}'s step, so "
+                                                  f"nothing more was done: {exc}")
+    if drains:
+        room.took(before.node)
+    done: list[str] = []
+    acts = getattr(effects, "acts", True)
+    for action in actions:
+        line = f"{action.kind} {action.node}" + (f" ({action.reason})" if action.reason else "")
+        if not acts:
+            kind, line = f"for-a-person:{action.kind}", f"for a person: {line}"
+        else:
+            complaint = effects(action)
+            if complaint:
+                refused = f"{action.kind} refused: {complaint}"
+                if moves:
                     # The step did not happen: the node goes back to where it was, and says why.
                     try:
                         kept.put_state(store, _row(before), {**event, "kind": "refused", "reason": refused,
                                                              "detail": {"from": step.state.state, "to": before.state}})
                     except StoreError as exc:
                         refused += f"; and the store did not take the way back: {exc}"
-                    break
-                done.append(f"{action.kind} {action.node}" + (f" ({action.reason})" if action.reason else ""))
-                try:
-                    store.add_event(action.node, action.kind, actor, action.reason, step.state.run_id, at=now)
-                except StoreError as exc:
-                    refused = f"{action.kind} done but not recorded: {exc}"
-                    break
-            result.outcomes.append(Outcome(before.node, step, tuple(done), refused))
-    finally:
-        if not dry_run:
-            try:
-                kept.drop_lock(store, LOCK, holder)
-            except StoreError:
-                pass  # it expires on its own after LOCK_TTL_S
-    return result
+                return Outcome(before.node, step, tuple(done), refused)
+            kind = action.kind
+        done.append(line)
+        try:
+            store.add_event(action.node, kind, actor, action.reason, step.state.run_id, at=now,
+                            detail=json.dumps({k: action.detail[k] for k in ("run", "checks") if k in action.detail}))
+        except StoreError as exc:
+            return Outcome(before.node, step, tuple(done), f"{STOPPED}{action.kind} done but not recorded: {exc}")
+    return Outcome(before.node, step, tuple(done))
+
+
+def _with_store(store: Store, action: Action) -> Action:
+    """A retest names the checks that blamed the node (its run's failing ones) and the run it
+    will be, so the event can say which run answered it."""
+    if action.kind != "retest":
+        return action
+    blamed = kept.blamed_checks(store, action.node, action.detail.get("run_id"))
+    checks = sorted(set(blamed) | set(action.detail.get("acceptance", ())))
+    # To the millisecond: two retests of one node in a second (a reset's chain) are two runs.
+    ns = time.time_ns()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ns / 1e9)) + f".{ns // 1_000_000 % 1000:03d}"
+    return replace(action, detail={**action.detail, "checks": checks, "run": f"retest-{action.node}-{stamp}"})

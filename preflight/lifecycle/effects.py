@@ -6,7 +6,7 @@ or None. What needs neither, or has no way onto the node, is a person's: reporte
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from preflight.collect.node import Node
@@ -39,13 +39,32 @@ def scheduler_views(nodes: Sequence[str]) -> dict[str, Scheduler]:
     return {name: scheduler_view(s) for name, s in node_states(nodes).items()} if nodes else {}
 
 
+ON_NODE = ("reset", "restart", "retest")
+
+
 class SlurmEffects:
-    """Actions through scontrol; a reset or restart over ``reach`` (node name -> Node), when given."""
+    """Actions through scontrol; a reset or restart over ``reach`` (node name -> Node), and a
+    retest through ``retest`` (an action -> a complaint or None), when given."""
 
     acts = True
 
-    def __init__(self, reach: Mapping[str, Node] | None = None):
+    def __init__(self, reach: Mapping[str, Node] | None = None,
+                 retest: Callable[[Action], str | None] | None = None, longest_s: float = 0.0):
         self.reach = dict(reach or {})
+        self.retest = retest
+        self.longest_s = longest_s  # the longest an action may take (a retest): the lock is held that long
+
+    def can(self, action: Action) -> bool:
+        if action.kind not in ON_NODE:
+            return True
+        return action.node in self.reach and (action.kind != "retest" or self.retest is not None)
+
+    def lacks(self, action: Action) -> str:
+        return (f"the {action.kind} runs on {action.node} over SSH: give the lifecycle -H/--hosts with the node "
+                "and the SSH options")
+
+    def view(self, node: str) -> Scheduler | None:
+        return scheduler_views([node]).get(node)
 
     def __call__(self, action: Action) -> str | None:
         if action.kind == "drain":
@@ -59,7 +78,9 @@ class SlurmEffects:
             return None if r.exit_code == 0 else ((r.stderr or "").strip() or f"exit code {r.exit_code}")
         if action.kind in ("reset", "restart"):
             return self._on_node(action)
-        return None  # confirm, retest, person: the node's next readings (healthcheck, run) answer them
+        if action.kind == "retest" and self.retest is not None:
+            return self.retest(action)
+        return None  # confirm, person: the node's next readings (healthcheck, run) answer them
 
     def _on_node(self, action: Action) -> str | None:
         node = self.reach.get(action.node)
@@ -80,6 +101,12 @@ class ForAPerson:
     nothing is carried out, and the events say "for a person"."""
 
     acts = False
+
+    def can(self, action: Action) -> bool:
+        return action.kind != "retest"  # a person's retest is any later run of the node
+
+    def lacks(self, action: Action) -> str:
+        return "a person's: any later run of the node is its retest"
 
     def __call__(self, action: Action) -> str | None:
         return None

@@ -244,22 +244,29 @@ def _remediating(s: LifeState, ev: Evidence, policy: Policy) -> Step:
         if ev.now - requested > policy.step_timeout_s:
             return _retest_failed(s, ev, policy, f"the {s.step} was not seen done within {policy.step_timeout_s:g} s")
         return _stay(s, f"waiting for the {s.step} to finish")
-    cp = policy.of(s.cause)
-    return _to(s, "retesting", ev.now, f"{s.step} done: retest",
-               Action("retest", s.node, f"the checks that blamed it and {', '.join(cp.acceptance) or 'nothing more'}",
-                      {"acceptance": list(cp.acceptance), "after": ev.now + policy.startup_grace_s,
-                       "cause": s.cause}))
+    return _to(s, "retesting", ev.now, f"{s.step} done: retest")
 
 
 def _retesting(s: LifeState, ev: Evidence, policy: Policy) -> Step:
+    """The retest is asked for once the startup grace is over, and again each pass until a
+    reading comes; none within ``step_timeout_s`` counts as a failed retest, so a node whose
+    retest cannot run does not wait for ever."""
     fresh = [r for r in ev.readings if not _in_grace(ev, r, policy)]
-    if not fresh:
-        return _stay(s, "waiting for the retest")
-    r = fresh[-1]
-    if not r.failing:
-        return _to(s, "resumed", ev.now, f"retest {r.run_id} passed",
-                   Action("resume", s.node, f"passes {r.run_id}"), run_id=r.run_id, retest_failures=0)
-    return _retest_failed(s, ev, policy, f"retest {r.run_id} failed")
+    if fresh:
+        r = fresh[-1]
+        if not r.failing:
+            return _to(s, "resumed", ev.now, f"retest {r.run_id} passed",
+                       Action("resume", s.node, f"passes {r.run_id}"), run_id=r.run_id, retest_failures=0)
+        return _retest_failed(s, ev, policy, f"retest {r.run_id} failed")
+    if ev.now - s.since > policy.step_timeout_s:
+        return _retest_failed(s, ev, policy, f"no retest reading within {policy.step_timeout_s:g} s")
+    boot = ev.scheduler.boot_time if ev.scheduler else None
+    if boot is not None and ev.now - boot < policy.startup_grace_s:
+        return _stay(s, f"waiting for the startup grace ({policy.startup_grace_s:g} s after the boot) to retest")
+    cp = policy.of(s.cause)
+    return _stay(s, "waiting for the retest",
+                 Action("retest", s.node, f"the checks that blamed it and {', '.join(cp.acceptance) or 'nothing more'}",
+                        {"acceptance": list(cp.acceptance), "cause": s.cause, "run_id": s.run_id}))
 
 
 def _retest_failed(s: LifeState, ev: Evidence, policy: Policy, why: str) -> Step:

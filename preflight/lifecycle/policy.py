@@ -13,7 +13,7 @@ from preflight.shipped import playbooks_dir
 FORMAT = "preflight-lifecycle/1"
 TIMINGS = ("confirm_delay_s", "confirm_k", "confirm_n", "startup_grace_s", "escalate_incidents", "retest_failures",
            "step_timeout_s")
-SITE_ONLY = ("escalate_window_s", "breaker_drains", "breaker_window_s", "breaker_fraction")
+SITE_ONLY = ("escalate_window_s", "breaker_drains", "breaker_window_s", "breaker_fraction", "retest_dcgm_level")
 
 
 class PolicyError(ValueError):
@@ -67,6 +67,8 @@ def load(site: Path | None = None, causes_known: set[str] | None = None) -> tupl
                 raise PolicyError(f"{path}: timings.{key}: unknown; known: {', '.join(TIMINGS + SITE_ONLY)}")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise PolicyError(f"{path}: timings.{key}: a number >= 0, not {value!r}")
+            if key == "retest_dcgm_level" and value not in (1, 2, 3, 4):
+                raise PolicyError(f"{path}: timings.{key}: a dcgmi diag level, 1 to 4, not {value!r}")
             timings[key] = value
         for cause, data in (doc.get("causes") or {}).items():
             where = f"{path}: causes.{cause}"

@@ -88,7 +88,16 @@ def incidents(store: Store, since: float) -> dict[str, dict[str, int]]:
     return out
 
 
-def drains_since(store: Store, since: float) -> int:
-    """Drains preflight made since ``since`` (every command's: drain, healthcheck, lifecycle),
-    for the breaker that counts across runs."""
-    return int(store.rows("SELECT COUNT(*) FROM pf_events WHERE kind = 'drain' AND at >= ?", (since,))[0][0])
+def drained_since(store: Store, since: float) -> set[str]:
+    """The nodes preflight drained since ``since`` (every command's drains: drain, healthcheck,
+    lifecycle), for the breaker that counts across runs."""
+    return {r[0] for r in store.rows("SELECT DISTINCT node FROM pf_events WHERE kind = 'drain' AND at >= ?",
+                                     (since,))}
+
+
+def blamed_checks(store: Store, node: str, run_id: str | None) -> list[str]:
+    """The checks that failed or errored on ``node`` in ``run_id``: what its retest runs again."""
+    if not run_id:
+        return []
+    return [r[0] for r in store.rows("SELECT DISTINCT check_id FROM pf_findings WHERE run_id = ? AND host = ? "
+                                     "AND status IN ('fail', 'error') ORDER BY check_id", (run_id, node))]

@@ -1,8 +1,10 @@
 """``preflight lifecycle --once --slurm`` on the real Slurm cluster (tests/slurmcluster.py), the
 readings recorded by real runs over SSH of simulated nodes with real faults: a single reading of a
 confirm-first cause never drains, a fault one reading proves drains through scontrol, someone
-else's drain is untouched, two lifecycles started at once drain a node once; and the whole way
-back: drained, rebooted through the site's RebootProgram, retested, resumed.
+else's drain is untouched, two lifecycles started at once drain a node once; the whole way back:
+drained, rebooted through the site's RebootProgram, retested by the lifecycle over SSH, resumed;
+a GPU reset (over SSH) that clears the fault, held back while a job runs on the node; a fault that
+returns a third time, and a reset that never clears it, escalated; the store lost mid-way.
 
 The test RebootProgram "reboots" a simulated node: it starts the node's slurmd again inside a new
 time namespace whose boot-time offset makes the node's uptime a few seconds, so slurmd reports a
@@ -16,20 +18,33 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import pgcluster
 import pytest
-from nodes import gpu_fallen_off_bus, healthy_h200, nvlink_inactive
+from nodes import gpu_fallen_off_bus, healthy_h200, nvlink_inactive, row_remap_pending
+from simcluster import Reply
 from slurmcluster import slurm_fleet
 
 from preflight.app.cli import main
 
 pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[2]
+RECORDED = ROOT / "tests" / "fixtures" / "recorded"
+RESET_OK = RECORDED / "nvidia-smi-r-successfully-reset-nvsentinel-1692.txt"
+
+
+def resettable(node, becomes: str | None = None, sleep_s: float = 0):
+    """``nvidia-smi -r`` answers as it did on a real GPU (NVIDIA/NVSentinel#1692); ``becomes``: the
+    reset clears the fault (the node answers as that healthy node from then on)."""
+    return replace(node, commands={**node.commands, "nvidia-smi -r": Reply(RESET_OK, becomes=becomes,
+                                                                          sleep_s=sleep_s)})
 
 
 REBOOT = """#!/bin/sh
@@ -60,7 +75,10 @@ exit 0
 def cluster(tmp_path_factory):
     hosts = [healthy_h200("gpu01"), nvlink_inactive(healthy_h200("gpu02"), gpu=2, link=5),
              gpu_fallen_off_bus(healthy_h200("gpu03")), gpu_fallen_off_bus(healthy_h200("gpu04")),
-             gpu_fallen_off_bus(healthy_h200("gpu05"))]
+             gpu_fallen_off_bus(healthy_h200("gpu05")),
+             resettable(row_remap_pending(healthy_h200("gpu06")), becomes="gpu01"),
+             resettable(row_remap_pending(healthy_h200("gpu07"))),
+             resettable(row_remap_pending(healthy_h200("gpu08")), sleep_s=4), gpu_fallen_off_bus(healthy_h200("gpu09"))]
     work = tmp_path_factory.mktemp("lifecycle")
     script = work / "reboot"
     with slurm_fleet(hosts, work, [f"RebootProgram={script}", "ResumeTimeout=60"]) as slurm:
@@ -96,8 +114,25 @@ def probe(cluster, out: Path, run_id: str, db: str, hosts: str = "gpu[01-04]") -
 
 
 def lifecycle(capsys, *argv: str) -> dict:
+    """One pass; node -> its steps in the pass, in order (a reset's chain takes several)."""
     assert main(["lifecycle", "--once", "--slurm", "--json", *argv]) in (0, 1)
-    return {s["node"]: s for s in json.loads(capsys.readouterr().out)["steps"]}
+    steps: dict[str, list] = {}
+    for s in json.loads(capsys.readouterr().out)["steps"]:
+        steps.setdefault(s["node"], []).append(s)
+    return {node: {**got[-1], "chain": [g["to"] for g in got], "all_done": [d for g in got for d in g["done"]]}
+            for node, got in steps.items()}
+
+
+def reach(cluster, out: Path, hosts: str) -> list[str]:
+    """The lifecycle's way onto the nodes: SSH, as a run has it. The retest's all_reduce runs
+    once (a run's default is 5 times, 5 s apart)."""
+    sim = cluster.sim
+    return ["-H", hosts, "--ssh-config", str(sim.ssh_config), "--known-hosts", str(sim.known_hosts),
+            "--identity", str(sim.identity), "--out", str(out), "--retest-arg=--nccl-reps=1"]
+
+
+SITE = ("format: preflight-lifecycle/1\ntimings: {startup_grace_s: 0, breaker_fraction: 1.0, "
+        "retest_dcgm_level: 1}\n")  # level 1: the simulated nodes answer DCGM with a real level-1 capture
 
 
 def wait_rebooted(cluster, node: str) -> None:
@@ -164,7 +199,7 @@ def test_drained_rebooted_retested_resumed(cluster, tmp_path, capsys):
     passed; resumed. Every step is in its history."""
     db = f"sqlite:///{tmp_path}/store.sqlite"
     site = tmp_path / "site.yaml"
-    site.write_text("format: preflight-lifecycle/1\ntimings: {startup_grace_s: 0, breaker_fraction: 1.0}\n")
+    site.write_text(SITE)
     (cluster.work / "clear-on-reboot" / "gpu05").write_text(str(cluster.sim.workdir_of("gpu01") / "bin"))
     probe(cluster, tmp_path, "b1", db, "gpu05")
     assert lifecycle(capsys, "--db", db, "--site", str(site))["gpu05"]["to"] == "drained"
@@ -176,12 +211,12 @@ def test_drained_rebooted_retested_resumed(cluster, tmp_path, capsys):
     wait_rebooted(cluster, "gpu05")
     assert (cluster.work / "reboots.log").read_text().split()[1:] == ["gpu05"]
 
-    steps = lifecycle(capsys, "--db", db, "--site", str(site))
-    assert steps.get("gpu05", {}).get("to") == "retesting", (steps, cluster.slurm("scontrol", "show", "node", "-o",
-                                                                                   "gpu05").stdout)
-    probe(cluster, tmp_path, "b2", db, "gpu05")  # the retest: the fault is gone
-    steps = lifecycle(capsys, "--db", db, "--site", str(site))
-    assert steps["gpu05"]["to"] == "resumed" and steps["gpu05"]["done"] == ["resume gpu05 (passes b2)"]
+    # Seen rebooted: retested by the lifecycle itself over SSH (the fault is gone), resumed.
+    steps = lifecycle(capsys, "--db", db, "--site", str(site), *reach(cluster, tmp_path / "retests", "gpu05"))
+    assert steps["gpu05"]["chain"] == ["retesting", "retesting", "resumed"], (steps, cluster.slurm(
+        "scontrol", "show", "node", "-o", "gpu05").stdout)
+    [retest] = sorted(p.name for p in (tmp_path / "retests").iterdir())
+    assert steps["gpu05"]["all_done"][1] == f"resume gpu05 (passes {retest})"
     assert state(cluster, "gpu05") == "idle"
     assert main(["history", "gpu05", "--since", "1d", "--json", "--db", db]) == 0
     events = json.loads(capsys.readouterr().out)["events"]
@@ -190,3 +225,106 @@ def test_drained_rebooted_retested_resumed(cluster, tmp_path, capsys):
     assert [e["kind"] for e in events if e["kind"] != "transition"] == ["drain", "reboot", "retest", "resume"]
     # The slurmd the RebootProgram started is the one that answers now.
     assert int((cluster.work / "restarted-gpu05").read_text()) >= int(asked)
+
+
+def test_a_reset_clears_the_fault_a_busy_node_waits_a_third_return_escalates(cluster, tmp_path, capsys):
+    """gpu06's row remap is pending (a reset activates it, and clears the fault here); gpu07's
+    reset never clears it. gpu06 runs a job when its fault is read: drained (Slurm lets the job
+    finish), but not reset until the job is gone; then reset over SSH, retested by the lifecycle
+    (the blamed checks, DCGM diag, the single-node all_reduce) and resumed, in one pass. gpu07's
+    retest fails twice: escalated, drained with an RMA reason. The fault comes back to gpu06
+    twice: the first return is remediated again, the third incident escalates."""
+    db = f"sqlite:///{tmp_path}/store.sqlite"
+    site = tmp_path / "site.yaml"
+    site.write_text(SITE)
+    faulty = tmp_path / "faulty-gpu06"
+    shutil.copytree(cluster.sim.workdir_of("gpu06") / "bin", faulty)
+    args = ["--db", db, "--site", str(site), *reach(cluster, tmp_path / "retests", "gpu[06-07]")]
+    job = cluster.slurm("sbatch", "--parsable", "-N1", "--exclusive", "--nodelist=gpu06", "-o", "/dev/null", "--wrap",
+                        "sleep 300").stdout.strip()
+    cluster.wait_for_state(["gpu06"], "ALLOCATED")
+
+    probe(cluster, tmp_path, "f1", db, "gpu[06-07]")
+    steps = lifecycle(capsys, *args)
+    assert steps["gpu06"]["chain"] == ["drained"] and steps["gpu07"]["chain"] == ["drained"]
+    assert reason(cluster, "gpu06").startswith("preflight: drained gpu-row-remap f1")
+    # gpu06 is busy: left drained, no reset. gpu07 is idle: reset, retested, failed once.
+    steps = lifecycle(capsys, *args)
+    assert "gpu06" not in steps and state(cluster, "gpu06") in ("draining", "drng")
+    assert steps["gpu07"]["chain"] == ["remediating", "retesting", "retesting", "drained"]
+    assert steps["gpu07"]["all_done"][0] == "reset gpu07 (preflight: remediating gpu-row-remap f1: reset)"
+
+    cluster.slurm("scancel", job)
+    cluster.wait_for_state(["gpu06"], "DRAINED")
+    steps = lifecycle(capsys, *args)
+    assert steps["gpu06"]["chain"] == ["remediating", "retesting", "retesting", "resumed"]
+    assert steps["gpu07"]["chain"][-1] == "escalated"
+    assert state(cluster, "gpu06") == "idle" and state(cluster, "gpu07") == "drained"
+    assert reason(cluster, "gpu07").startswith("preflight: escalated gpu-row-remap f1: RMA")
+    retests = sorted(p.name for p in (tmp_path / "retests").iterdir())
+    assert len(retests) == 3
+    first = json.loads((tmp_path / "retests" / [r for r in retests if "gpu06" in r][0] / "report.json").read_text())
+    assert {"dcgm-diag", "nccl-all-reduce", "gpu-memory"} <= {c["id"] for c in first["checks"]}, first["checks"]
+
+    # The fault returns (a new incident each time): once more remediated, then escalated.
+    for n, expected in ((2, "resumed"), (3, "escalated")):
+        shutil.copytree(faulty, cluster.sim.workdir_of("gpu06") / "bin", dirs_exist_ok=True)
+        probe(cluster, tmp_path, f"f{n}", db, "gpu06")
+        steps = lifecycle(capsys, *args)
+        if expected == "resumed":
+            assert steps["gpu06"]["chain"] == ["drained"]
+            steps = lifecycle(capsys, *args)
+        assert steps["gpu06"]["chain"][-1] == expected, json.dumps(steps)
+    assert reason(cluster, "gpu06").startswith("preflight: escalated gpu-row-remap f3: RMA")
+    assert main(["lifecycle", "--json", "--db", db]) == 0
+    listing = json.loads(capsys.readouterr().out)["states"]
+    assert [n["node"] for n in listing["escalated"]] == ["gpu06", "gpu07"]
+    for node in ("gpu06", "gpu07"):
+        cluster.resume(node)
+
+
+def test_the_store_lost_mid_way_stops_the_pass_and_says_so(cluster, tmp_path, capsys):
+    """A PostgreSQL store that dies while gpu08's reset runs: the reset's state was recorded
+    before it ran, its outcome cannot be, so the pass stops there and says so: gpu09's drain
+    (next in the pass) is not taken, nor gpu08's retest. With the store back, the next pass
+    goes on from what was recorded."""
+    why = pgcluster.why_not()
+    if why:
+        pytest.skip(why)
+    pg = pgcluster.start(max_connections=20)
+    try:
+        db = pg.create_database("lost")
+        site = tmp_path / "site.yaml"
+        site.write_text(SITE)
+        probe(cluster, tmp_path, "s1", db, "gpu08")
+        args = ["--once", "--slurm", "--json", "--db", db, "--site", str(site),
+                *reach(cluster, tmp_path / "retests", "gpu[08-09]")]
+        assert main(["lifecycle", *args]) == 0
+        capsys.readouterr()
+        assert state(cluster, "gpu08") == "drained"
+        probe(cluster, tmp_path, "s2", db, "gpu09")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "SLURM_CONF": str(cluster.conf)}
+        proc = subprocess.Popen([sys.executable, "-m", "preflight", "lifecycle", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 30
+        while "remediating" not in pg.psql("SELECT state FROM pf_node_state WHERE node = 'gpu08'", "lost"):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        pgcluster.halt(pg)  # during the 4 s reset
+        out, err = proc.communicate(timeout=120)
+        p = json.loads(out)
+        assert proc.returncode == 1, err
+        assert p["stopped"].startswith("reset done but not recorded:"), p
+        assert [s["node"] for s in p["steps"]] == ["gpu08"]
+        assert state(cluster, "gpu09") == "idle" and not (tmp_path / "retests").exists()
+
+        pgcluster.resume(pg)
+        steps = lifecycle(capsys, *args[3:])
+        # (The test cluster commits without waiting for its WAL, so the crash may have lost the
+        # last commit too: either way the node goes on, and gpu09's drain comes now.)
+        assert "retesting" in steps["gpu08"]["chain"] and steps["gpu09"]["chain"] == ["drained"]
+    finally:
+        pgcluster.stop(pg)
+        for node in ("gpu08", "gpu09"):
+            with contextlib.suppress(Exception):
+                cluster.resume(node)

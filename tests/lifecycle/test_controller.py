@@ -130,7 +130,8 @@ def test_a_lock_another_controller_holds_is_respected_until_it_expires(store_url
 
 def test_a_store_that_fails_mid_way_stops_the_pass_before_any_unrecorded_action(tmp_path):
     """The first node's drain runs; then the store goes away (another writer holds it past the
-    busy timeout): the second node's step is not recorded, so it is not taken, and the pass says so."""
+    busy timeout): the drain's event cannot be recorded, so the pass ends there and says so; the
+    second node's step is not taken."""
     url = parse(f"sqlite:///{tmp_path}/s.sqlite")
     with Store.open(url) as store:
         record(store, "r1", 1.0, {"n1": {"fail": ["xid"], "causes": ["gpu-ecc-uncorrectable"]},
@@ -147,7 +148,9 @@ def test_a_store_that_fails_mid_way_stops_the_pass_before_any_unrecorded_action(
     holder.rollback()
     holder.close()
     assert [a.node for a in rec.calls] == ["n1"]
-    assert p.stopped and "did not take" in p.stopped
+    assert p.stopped and "drain done but not recorded" in p.stopped and "database is locked" in p.stopped
+    with Store.open(url) as store:
+        assert kept.node_states(store)["n1"]["state"] == "drained" and "n2" not in kept.node_states(store)
 
 
 def test_a_refused_action_leaves_the_node_where_it_was(store_url):
@@ -167,3 +170,71 @@ def test_a_dry_run_decides_and_records_nothing(store_url):
         p = controller.run_pass(store, POLICY, TIMINGS, at(1.001), rec, "test", scheduler={"n1": IDLE}, dry_run=True)
         assert p.outcomes[0].step.state.state == "drained" and rec.calls == []
         assert kept.node_states(store) == {} and node_history(store, "n1", Window(0))["events"] == []
+
+
+class Hands(Recorder):
+    """A controller that can reach the node: its retest is a run recorded into the store."""
+
+    def __init__(self, store: Store, retest_day: list[float], retest: dict, view=None):
+        super().__init__(then=self._retest)
+        self.store, self.days, self.result = store, retest_day, retest
+        self.view = view or (lambda node: OURS)
+
+    def can(self, action: Action) -> bool:
+        return True
+
+    def _retest(self, action: Action) -> None:
+        if action.kind == "retest":
+            record(self.store, action.detail["run"], self.days.pop(0), {action.node: self.result})
+
+
+OURS = Scheduler(busy=False, drained=True, reason="preflight: drained", ours=True)
+ECC = {"fail": ["xid"], "causes": ["gpu-ecc-uncorrectable"]}
+
+
+def test_a_reset_its_retest_and_the_resume_come_in_one_pass(store_url):
+    """gpu-ecc-uncorrectable: drained on its reading; the next pass resets the idle node, retests
+    it (the blamed check and the acceptance), finds it passing and resumes it."""
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": ECC})
+        hands = Hands(store, [1.03], {})
+        controller.run_pass(store, POLICY, TIMINGS, at(1.001), hands, "test", scheduler={"n1": IDLE})
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.02), hands, "test", scheduler={"n1": OURS})
+        assert [a.kind for a in hands.calls] == ["drain", "reset", "retest", "resume"]
+        retest = hands.calls[2]
+        assert retest.detail["checks"] == ["dcgm-diag", "nccl-all-reduce", "xid"] and retest.detail["run_id"] == "r1"
+        assert [o.step.state.state for o in p.outcomes] == ["remediating", "retesting", "retesting", "resumed"]
+        assert kept.node_states(store)["n1"]["state"] == "resumed"
+        events = node_history(store, "n1", Window(0))["events"]
+        assert [e["kind"] for e in events] == ["transition", "drain", "transition", "reset", "transition", "retest",
+                                               "transition", "resume"]
+        assert events[5]["detail"]["run"] == retest.detail["run"]
+
+
+def test_a_retest_that_fails_twice_escalates_and_one_that_cannot_run_waits(store_url):
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": ECC})
+        hands = Hands(store, [1.03, 1.05], ECC)
+        controller.run_pass(store, POLICY, TIMINGS, at(1.001), hands, "test", scheduler={"n1": IDLE})
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.02), hands, "test", scheduler={"n1": OURS})
+        assert p.outcomes[-1].step.state.state == "drained" and p.outcomes[-1].step.state.retest_failures == 1
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.04), hands, "test", scheduler={"n1": OURS})
+        assert [a.kind for a in hands.calls] == ["drain", "reset", "retest", "reset", "retest", "drain"]
+        assert hands.calls[-1].reason.startswith("preflight: escalated gpu-ecc-uncorrectable r1: RMA")
+        assert kept.node_states(store)["n1"]["state"] == "escalated"
+
+        # Without a way onto the node the reset is not taken, nor recorded again every pass.
+        record(store, "r9", 1.1, {"n2": ECC})
+        slurm_only = Recorder()
+        slurm_only.can = lambda a: a.kind not in ("reset", "restart", "retest")
+        scheds = {"n1": OURS, "n2": IDLE}
+        controller.run_pass(store, POLICY, TIMINGS, at(1.101), slurm_only, "test", scheduler=scheds)
+        before = len(node_history(store, "n2", Window(0))["events"])
+        for day in (1.11, 1.12):
+            p = controller.run_pass(store, POLICY, TIMINGS, at(day), slurm_only, "test",
+                                    scheduler={"n1": OURS, "n2": OURS})
+            [n2] = [o for o in p.outcomes if o.node == "n2"]
+            assert n2.waiting and not n2.done and "no way to reset" in n2.waiting
+        assert [a.kind for a in slurm_only.calls] == ["drain"]
+        assert len(node_history(store, "n2", Window(0))["events"]) == before
+        assert kept.node_states(store)["n2"]["state"] == "drained"

@@ -4,11 +4,18 @@ a pass over the shipped example's verdicts, the listing, a person's --clear, and
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from preflight.app import cli
+from preflight.store import Store, parse
+from preflight.store import lifecycle as kept
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "h200-fleet"
 
@@ -42,8 +49,38 @@ def test_a_pass_over_the_example_then_the_listing_and_a_clear(store_url, tmp_pat
     assert events[-1]["reason"] == "-> healthy: cleared by a person: firmware flashed"
 
 
+def test_watch_is_idempotent_and_stops_cleanly_at_sigterm(tmp_path, capsys):
+    """--watch as a systemd unit runs it: passes every --interval over the same verdicts act once
+    (the drain is handed to a person once, not every pass); SIGTERM between passes ends it with 0
+    and the store's lock released."""
+    db = f"sqlite:///{tmp_path}/s.sqlite"
+    run(capsys, "analyze", str(EXAMPLE), "--out", str(tmp_path), "-q", "--no-html", "--db", db)
+    proc = subprocess.Popen([sys.executable, "-m", "preflight", "lifecycle", "--watch", "--interval", "0.2", "--json",
+                             "--db", db], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(EXAMPLE.parents[1])})
+    passes, buf = [], ""
+    deadline = time.monotonic() + 60
+    while len(passes) < 3 and time.monotonic() < deadline:
+        buf += proc.stdout.readline()
+        try:
+            passes.append(json.loads(buf))
+            buf = ""
+        except json.JSONDecodeError:
+            continue
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert len(passes) == 3 and proc.returncode == 0, err
+    assert [s["node"] for s in passes[0]["steps"] if s["to"] == "drained"] == ["gpu006"]
+    assert passes[1]["steps"] == passes[2]["steps"] == []
+    code, out, _ = run(capsys, "history", "gpu006", "--since", "3650d", "--json", "--db", db)
+    assert [e["kind"] for e in json.loads(out)["events"]] == ["transition", "for-a-person:drain"]
+    with Store.open(parse(db), create=False) as store:
+        assert kept.lock_holder(store, "lifecycle") is None
+
+
 @pytest.mark.parametrize("argv, message", [
     (["lifecycle", "--once", "--watch"], "--once or --watch, not both"),
+    (["lifecycle", "--once", "-H", "gpu1"], "only with --slurm"),
     (["lifecycle", "gpu1"], "only with --clear"),
     (["lifecycle", "--clear"], "name the NODE"),
 ])

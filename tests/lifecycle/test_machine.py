@@ -128,8 +128,7 @@ def test_a_reboot_is_done_when_the_node_booted_after_the_request():
     assert step(rebooting, sched=before, now=9_100).state.state == "remediating"
     after = Scheduler(busy=False, drained=True, reason="preflight: remediating", ours=True, boot_time=9_200)
     s = step(rebooting, sched=after, now=9_300)
-    assert s.state.state == "retesting" and kinds(s) == ["retest"]
-    assert s.actions[0].detail["acceptance"] == ["dcgm-diag"]
+    assert s.state.state == "retesting" and s.actions == ()
     lost = step(rebooting, sched=before, now=9_000 + 1_801)
     assert lost.state.state == "drained" and lost.state.retest_failures == 1
 
@@ -144,6 +143,20 @@ def test_a_retest_that_passes_resumes_and_one_that_fails_twice_escalates():
                  fail("r6", 10_100, "gpu-ecc-uncorrectable"), now=10_200, sched=OURS)
     assert twice.state.state == "escalated" and twice.actions[0].detail == {"rma": True}
     assert twice.actions[0].reason.startswith("preflight: escalated gpu-ecc-uncorrectable r1: RMA")
+
+
+def test_a_retest_is_asked_for_after_the_startup_grace_and_given_up_after_the_step_timeout():
+    retesting = LifeState("n1", "retesting", 9_300, "gpu-fallen-off-bus", "r1", step="reboot", requested=9_000)
+    booted = Scheduler(busy=False, drained=True, reason="preflight: remediating", ours=True, boot_time=9_200)
+    early = step(retesting, sched=booted, now=9_400)
+    assert early.actions == () and "startup grace" in early.why
+    due = step(retesting, sched=booted, now=9_200 + 600)
+    assert due.state == retesting and kinds(due) == ["retest"]
+    assert due.actions[0].detail == {"acceptance": ["dcgm-diag"], "cause": "gpu-fallen-off-bus", "run_id": "r1"}
+    # A reading inside the grace is not the retest's.
+    assert kinds(step(retesting, fail("r2", 9_250, "gpu-fallen-off-bus"), sched=booted, now=9_800)) == ["retest"]
+    lost = step(retesting, sched=booted, now=9_300 + 1_801)
+    assert lost.state.state == "drained" and lost.state.retest_failures == 1 and "no retest reading" in lost.why
 
 
 def test_the_third_incident_of_a_cause_escalates():
