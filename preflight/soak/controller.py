@@ -33,6 +33,7 @@ from rich.console import Console
 from preflight.diagnose.engine import load_knowledge
 from preflight.report import terminal
 from preflight.report.files import write_reports
+from preflight.soak import slurm_poll
 from preflight.soak.follow import follow_nodes
 from preflight.soak.merge import merge_soak
 from preflight.soak.plan import SoakPlan
@@ -57,7 +58,7 @@ def follow(plan: SoakPlan, console: Console, started: list[Started] | None = Non
     """Watch the run until every node is done, then merge: used after ``start`` and by ``--attach``.
     Under Slurm, the outcomes get Slurm's words, and the allocations are released once every
     node is done (not on Ctrl-C: the agents run on inside them)."""
-    outcomes = follow_nodes(plan, console, started, live)
+    outcomes = follow_nodes(plan, console, started, live, slurm_poll.poll_all if plan.slurm is not None else None)
     if plan.slurm is not None:
         outcomes = slurm_outcomes(plan, outcomes)
         release_soak(plan)

@@ -18,7 +18,7 @@ import base64
 import csv
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -131,10 +131,13 @@ class Mirror:
         else:
             self._partial[name] = first  # not even the header is complete yet
 
+    def pairs(self) -> list[str]:
+        """What a pull reads: (file name, offset) flattened; the whole files from 0."""
+        return [x for name in WHOLE_FILES for x in (name, "0")] + [
+            x for name in APPEND_FILES for x in (name, str(self.sizes[name]))]
+
     def pull_argv(self, plan: SoakPlan, host: str) -> list[str]:
-        pairs = [x for name in WHOLE_FILES for x in (name, "0")]
-        pairs += [x for name in APPEND_FILES for x in (name, str(self.sizes[name]))]
-        return pull_argv(plan, host, pairs)
+        return pull_argv(plan, host, self.pairs())
 
 
     def apply(self, files: dict) -> dict[str, list[dict]]:
@@ -256,8 +259,14 @@ class HostWatch:
     def poll(self) -> None:
         reply = self.node.run(self.mirror.pull_argv(self.plan, self.name), timeout=120.0)
         doc = last_json_line(reply.stdout or b"") if not reply.fault and reply.exit_code == 0 else None
+        error = None if doc is not None else (
+            reply.fault or (reply.stderr.strip().splitlines() or [f"exit code {reply.exit_code}"])[-1])
+        self.take(doc, error)
+
+    def take(self, doc: dict | None, error: str | None) -> None:
+        """One poll's answer: the pull's reply, or why there is none."""
         if doc is None:
-            self.error = reply.fault or (reply.stderr.strip().splitlines() or [f"exit code {reply.exit_code}"])[-1]
+            self.error = error or "no reply"
             return
         self.error = None
         if not doc.get("exists"):
@@ -344,7 +353,16 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def watch(watches: list[HostWatch], plan: SoakPlan, console: Console, live: bool) -> None:
+PollAll = Callable[[SoakPlan, list[HostWatch], ThreadPoolExecutor], None]
+
+
+def poll_each(plan: SoakPlan, pending: list[HostWatch], pool: ThreadPoolExecutor) -> None:
+    """A command per node, all at once (over SSH; soak/slurm_poll.py polls a Slurm allocation in one step)."""
+    list(pool.map(lambda w: w.poll(), pending))
+
+
+def watch(watches: list[HostWatch], plan: SoakPlan, console: Console, live: bool,
+          poll_all: PollAll | None = None) -> None:
     """Poll every node until each one is done; Ctrl-C (KeyboardInterrupt) propagates, leaving
     the agents running and the local copies as complete as the last poll."""
     last_states: dict[str, str] = {}
@@ -353,7 +371,7 @@ def watch(watches: list[HostWatch], plan: SoakPlan, console: Console, live: bool
              if live else nullcontext()) as view:
         while True:
             pending = [w for w in watches if not w.outcome]
-            list(pool.map(lambda w: w.poll(), pending))
+            (poll_all or poll_each)(plan, pending, pool)
             now = time.time()
             for w in pending:
                 w.settle(now)
@@ -380,14 +398,14 @@ def _unstarted(node, started: Started | None):
 
 
 def follow_nodes(plan: SoakPlan, console: Console, started: list[Started] | None = None,
-                 live: bool = False) -> dict[str, tuple[str, str | None]]:
+                 live: bool = False, poll_all: PollAll | None = None) -> dict[str, tuple[str, str | None]]:
     """Watch every node of the run until each is done: its outcome (finished, failed, died,
     stalled, unreachable, not started, no soak) and a note, per host."""
     by_host = {s.host: s for s in started or []}
     nodes = [_unstarted(n, by_host.get(n.name)) if plan.slurm is not None else n for n in make_nodes(plan)]
     watches = [HostWatch(n, plan, by_host.get(n.name)) for n in nodes]
     try:
-        watch(watches, plan, console, live)
+        watch(watches, plan, console, live, poll_all)
     finally:
         for node in nodes:
             node.close()
