@@ -292,7 +292,8 @@ def run_request(args):
     kb = load_knowledge()
     run_id = targets.run_id_of(args, new_run_id())
     ssh = targets.ssh_of(args)
-    nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir)
+    nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir,
+                       setup_timeout_s=args.timeout)
     active = {NCCL_PROBE_ID: nccl, DCGM_PROBE_ID: dcgm_options.options_of(args)}
     plan = ExecPlan(probes_for(checks, active), args.timeout, args.parallel, ssh,
                     per_node=args.per_node, node_timeout_s=args.node_timeout,
