@@ -9,6 +9,7 @@ written, with the file, line or option that is wrong.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -404,8 +405,12 @@ def cmd_analyze(args, console: Console) -> int:
 def _report_inputs(args) -> dict | None:
     """Check the report options before anything runs; return the baseline report, if any."""
 
+    if args.prometheus and args.prometheus.is_dir():
+        raise UsageError(f"--prometheus: {args.prometheus} is a directory; name the file to write (*.prom)")
     if args.prometheus and not args.prometheus.parent.is_dir():
         raise UsageError(f"--prometheus: {args.prometheus.parent}: no such directory")
+    if args.prometheus and not os.access(args.prometheus.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--prometheus: {args.prometheus.parent}: not writable")
     if args.baseline is None:
         return None
     try:
@@ -439,7 +444,7 @@ def cmd_merge(args, console: Console) -> int:
     kb = load_knowledge()
     histories = store_cli.histories_for(store, list(plan.hosts), console) if args.history else None
     run_id = targets.run_id_of(args, "merge-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
-    run_dir = args.out / run_id
+    run_dir = targets.out_dir_of(args) / run_id
     created = min(b.created for b in sources)
     write_merged(plan, run_dir / "bundle", created,
                  {"run_id": run_id, "preflight_version": __version__, "local": False})
