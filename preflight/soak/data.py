@@ -90,6 +90,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 
+# The largest clocks-event bitmask read: NVML's published reasons end at 0x100 (docs/sources.md
+# 4.1), and every bit up to 2**53 survives the float64 the analysis holds the column in, so an
+# unknown bit is still reported as itself (``unknown_bit_0x...``). A larger value is no reading:
+# it would wrap in the analysis's int64 mask (numpy's "invalid value in cast" warning).
+MAX_BITMASK = float(2**53 - 1)
+
+
 class SoakDataError(ValueError):
     """The directory breaks the contract; the message reads ``file:line: field: problem``."""
 
@@ -495,11 +502,26 @@ def _to_bitmask(df: pd.DataFrame, path: Path) -> None:
                 raise SoakDataError(path, f"{text!r} is not a bitmask", line=line, field=col) from None
         values = keys.map(parsed)
     values = values.astype(float)
-    bad = values.notna() & ((values < 0) | (values != values.round()))
+    present = values.notna()
+    infinite = present & ~np.isfinite(values.to_numpy(float, na_value=np.nan))
+    if infinite.any():
+        line, row = _first_bad(df, infinite)
+        raise SoakDataError(path, f"{_cell(row[col])} is not a bitmask (not a finite number)", line=line, field=col)
+    bad = present & ((values < 0) | (values != values.round()))
     if bad.any():
         line, row = _first_bad(df, bad)
         raise SoakDataError(path, f"{row[col]!r} is not a bitmask", line=line, field=col)
+    huge = present & (values > MAX_BITMASK)
+    if huge.any():
+        line, row = _first_bad(df, huge)
+        raise SoakDataError(path, f"{_cell(row[col])} sets bits no reading has (above 2**53; NVML's reasons "
+                            "end at 0x100, docs/sources.md 4.1)", line=line, field=col)
     df[col] = values
+
+
+def _cell(value: object) -> str:
+    """A cell as the message quotes it: the file's text, or a number as a number (not numpy's repr)."""
+    return repr(value) if isinstance(value, str) else f"{float(value):g}"
 
 
 def write_soak(soak_dir: str | Path, meta: SoakMeta, telemetry: pd.DataFrame,

@@ -6,6 +6,7 @@ its telemetry edited as a corrupt file or a broken converter would leave it."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,12 @@ def _edit_cell(soak: Path, line: int, column: str, value: str) -> None:
     ("utilization_pct", "250", "250 is outside what a reading can be (0 to 100)"),
     ("gpu", "1e20", "1e+20 is outside what a reading can be (0 to 4095)"),
     ("time", "inf", "inf is not a finite number"),
+    # Issue 26: these two ended in pandas' IntCastingNaNError; the huge one printed numpy's
+    # "invalid value encountered in cast" and was judged on wrapped bits.
+    ("clocks_event_reasons", "inf", "inf is not a bitmask (not a finite number)"),
+    ("clocks_event_reasons", "-Infinity", "-inf is not a bitmask (not a finite number)"),
+    ("clocks_event_reasons", "1e30", "1e+30 sets bits no reading has (above 2**53"),
+    ("clocks_event_reasons", "0xFFFFFFFFFFFFFFFF", "'0xFFFFFFFFFFFFFFFF' sets bits no reading has"),
 ])
 def test_non_finite_or_impossible_values_are_refused_with_their_line(soak, tmp_path, capsys, column, value, said):
     _edit_cell(soak, 40, column, value)
@@ -40,6 +47,18 @@ def test_non_finite_or_impossible_values_are_refused_with_their_line(soak, tmp_p
     assert str(exc.value).startswith(f"{soak / 'telemetry.csv'}:40: {column}: ") and said in str(exc.value)
     assert main(["analyze", str(soak), "--out", str(tmp_path / "out"), "-q"]) == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_the_largest_bitmask_read_is_judged_without_warning_noise(soak, tmp_path, capsys):
+    """An unknown bit as high as the reader holds exactly is reported as itself, with no numpy warning."""
+    _edit_cell(soak, 40, "clocks_event_reasons", str(2**53 - 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["analyze", str(soak), "--out", str(tmp_path / "out"), "-q"]) in (0, 1)
+    assert "Warning" not in capsys.readouterr().err
+    [report] = (tmp_path / "out").glob("*/report.json")
+    seen = json.loads(report.read_text())["soak"]["vm"]["throttle_reasons_seen"]
+    assert "unknown_bit_0x10000000000000" in seen, seen
 
 
 def test_a_telemetry_file_that_is_not_utf8(soak):
