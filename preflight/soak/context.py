@@ -103,7 +103,8 @@ class SoakContext:
     def judge_coverage(self, host: str) -> Outcome | None:
         """An ERROR when the host's soak did not run as planned (its agent did not finish, it
         covered less than its plan, or one of its GPUs joined too late to), else None (coverage.py)."""
-        return (coverage.incomplete(host, self.covered_s(host), self.plan, self.thresholds)
+        back = max((s.largest_s for s in self.data.steps_back if s.host == host), default=0.0)
+        return (coverage.incomplete(host, self.covered_s(host), self.plan, self.thresholds, back)
                 or coverage.late_gpus(host, self.gpus.get(host) or (), self.plan, self.thresholds))
 
     def judge_memory(self, host: str) -> Outcome:

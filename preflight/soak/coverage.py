@@ -81,8 +81,10 @@ def covered_text(covered_s: float, plan: Plan) -> str:
     return f"covered {fmt.duration(covered_s)} of the planned {fmt.duration(plan.planned_s)}"
 
 
-def incomplete(host: str, covered_s: float, plan: Plan, th: Thresholds) -> Outcome | None:
-    """The ERROR for a host whose soak did not run as planned, or None when it did."""
+def incomplete(host: str, covered_s: float, plan: Plan, th: Thresholds, stepped_back_s: float = 0.0) -> Outcome | None:
+    """The ERROR for a host whose soak did not run as planned, or None when it did.
+    ``stepped_back_s``: the largest step back of the host's clock (order.py); a span measured
+    across one is shorter than the time that passed, and the verdict says so."""
     data = {"covered_s": round(covered_s, 2), "planned_s": plan.planned_s}
     agent = plan.agents.get(host)
     outcome = None if agent is None else agent.get("outcome")
@@ -95,9 +97,11 @@ def incomplete(host: str, covered_s: float, plan: Plan, th: Thresholds) -> Outco
                        + f"; {covered_text(covered_s, plan)}: not a pass", (INCOMPLETE,), data=data, host=host)
     if plan.planned_s is not None and covered_s < plan.planned_s - tolerance_s(plan, th):
         share = covered_s / plan.planned_s
+        clock = (f"; the node's clock went back {fmt.duration(stepped_back_s)} during the soak, so the span of "
+                 "its samples may understate the time it ran" if stepped_back_s > 0 else "")
         return Outcome(Status.ERROR, f"soak incomplete: {covered_text(covered_s, plan)} ({share:.0%}; "
-                       f"a soak short of its plan by more than {fmt.duration(tolerance_s(plan, th))} is not a pass)",
-                       (INCOMPLETE,), data=data, host=host)
+                       f"a soak short of its plan by more than {fmt.duration(tolerance_s(plan, th))} is not a pass)"
+                       + clock, (INCOMPLETE,), data=data, host=host)
     return None
 
 

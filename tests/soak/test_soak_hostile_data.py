@@ -173,3 +173,19 @@ def test_the_soaks_notes_reach_report_md(soak, tmp_path):
     [md] = out.glob("*/report.md")
     text = md.read_text()
     assert "## Notes on the soak data" in text and "kept but not read (a newer writer's?): site_rack" in text
+
+
+def test_a_clock_step_that_shortens_the_span_is_named_in_the_incomplete_verdict(soak, tmp_path):
+    """The real soak's clock stepped back 60 s at line 201: the samples span 4 minutes of a
+    5-minute plan, and the verdict says why the span may be short."""
+    path = soak / "telemetry.csv"
+    lines = path.read_text().split("\n")
+    for i in range(200, len(lines)):
+        if lines[i]:
+            t, rest = lines[i].split(",", 1)
+            lines[i] = f"{float(t) - 60:.3f},{rest}"
+    path.write_text("\n".join(lines))
+    finding = _telemetry_finding(soak, tmp_path)
+    assert finding["status"] == "error" and finding["symptoms"] == ["soak-incomplete"]
+    assert "the node's clock went back 59.0 s during the soak, so the span of its samples may understate" \
+        in finding["summary"], finding["summary"]
