@@ -52,6 +52,12 @@ AGENT_TELEMETRY_COLUMNS: tuple[str, ...] = TELEMETRY_COLUMNS + (
     "hw_power_brake_ns",
 )
 AGENT_THROUGHPUT_COLUMNS: tuple[str, ...] = THROUGHPUT_COLUMNS + ("gpu",)
+# soak.json's keys: the contract's, then those the agent (preflight/node/agent.py) and the merge
+# (preflight/soak/merge.py) write (docs/contracts.md §6.2). Others are kept and named once.
+SOAK_JSON_KEYS: tuple[str, ...] = (
+    "format", "engine", "started", "hosts",
+    "planned_s", "interval_s", "ib_interval_s", "agent", "gpus", "agents", "missing", "run_id", "no_telemetry",
+)
 EVENT_COLUMNS: tuple[str, ...] = ("time", "host", "gpu", "event", "data")
 
 # ---- exit codes of every command -------------------------------------------------------------

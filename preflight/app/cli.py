@@ -9,6 +9,7 @@ written, with the file, line or option that is wrong.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -292,7 +293,8 @@ def run_request(args):
     kb = load_knowledge()
     run_id = targets.run_id_of(args, new_run_id())
     ssh = targets.ssh_of(args)
-    nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir)
+    nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir,
+                       setup_timeout_s=args.timeout)
     active = {NCCL_PROBE_ID: nccl, DCGM_PROBE_ID: dcgm_options.options_of(args)}
     plan = ExecPlan(probes_for(checks, active), args.timeout, args.parallel, ssh,
                     per_node=args.per_node, node_timeout_s=args.node_timeout,
@@ -338,12 +340,10 @@ def analyze_saved(args):
     """``analyze`` without the terminal: judge the saved bundle, write the reports; return the
     report directory and the analysis (shared with the pytest plugin)."""
 
-    root = args.bundle
-    if (root / "bundle" / "bundle.json").is_file():
-        root = root / "bundle"
+    root = _bundle_root(args.bundle)
     run_id = "analyze-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     out = targets.out_dir_of(args) / run_id
-    if (root / "soak.json").is_file() and not (root / "bundle.json").is_file():
+    if _is_soak_dir(root):
         return out, _analyze_soak(root, out, args)
     if getattr(args, "slo", None):
         raise UsageError(f"--slo: {root} is a bundle; serving SLOs are judged on a soak directory")
@@ -368,6 +368,16 @@ def analyze_saved(args):
     return out, analysis
 
 
+def _bundle_root(path: Path) -> Path:
+    """The bundle ``analyze`` was given: the directory itself, or a run directory's bundle/."""
+    return path / "bundle" if (path / "bundle" / "bundle.json").is_file() else path
+
+
+def _is_soak_dir(path: Path) -> bool:
+    root = _bundle_root(path)
+    return (root / "soak.json").is_file() and not (root / "bundle.json").is_file()
+
+
 def _analyze_soak(soak_dir: Path, out: Path, args):
     """A preflight-soak/1 directory: judged by the soak analysis, reported like a bundle."""
     # pandas, behind the soak's data and analysis, loads only for a soak directory.
@@ -390,7 +400,7 @@ def _analyze_soak(soak_dir: Path, out: Path, args):
 
 
 def cmd_analyze(args, console: Console) -> int:
-    baseline = _report_inputs(args)
+    baseline = _report_inputs(args, "soak" if _is_soak_dir(args.bundle) else "run")
     store = store_cli.store_of(args)
     out, analysis = analyze_saved(args)
     if not args.quiet:
@@ -400,17 +410,27 @@ def cmd_analyze(args, console: Console) -> int:
     return EXIT_FAILED if analysis.failed else EXIT_OK
 
 
-def _report_inputs(args) -> dict | None:
-    """Check the report options before anything runs; return the baseline report, if any."""
+def _report_inputs(args, kind: str = "run") -> dict | None:
+    """Check the report options before anything runs; return the baseline report, if any.
+    ``kind``: what this command's report will be (``run`` or ``soak``, as diff.report_kind)."""
 
+    if args.prometheus and args.prometheus.is_dir():
+        raise UsageError(f"--prometheus: {args.prometheus} is a directory; name the file to write (*.prom)")
     if args.prometheus and not args.prometheus.parent.is_dir():
         raise UsageError(f"--prometheus: {args.prometheus.parent}: no such directory")
+    if args.prometheus and not os.access(args.prometheus.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--prometheus: {args.prometheus.parent}: not writable")
     if args.baseline is None:
         return None
     try:
-        return load_report(args.baseline)
+        baseline = load_report(args.baseline)
     except ReportError as exc:
         raise UsageError(f"--baseline: {exc}") from None
+    this = {"soak_dir": "."} if kind == "soak" else {}
+    why = diff.incomparable(baseline, this, str(args.baseline), "this report")
+    if why:
+        raise UsageError(f"--baseline: {why}")
+    return baseline
 
 
 def _report_extras(args, run_dir: Path, analysis, baseline: dict | None, console: Console) -> None:
@@ -438,7 +458,7 @@ def cmd_merge(args, console: Console) -> int:
     kb = load_knowledge()
     histories = store_cli.histories_for(store, list(plan.hosts), console) if args.history else None
     run_id = targets.run_id_of(args, "merge-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
-    run_dir = args.out / run_id
+    run_dir = targets.out_dir_of(args) / run_id
     created = min(b.created for b in sources)
     write_merged(plan, run_dir / "bundle", created,
                  {"run_id": run_id, "preflight_version": __version__, "local": False})
@@ -524,6 +544,9 @@ def cmd_diff(args, console: Console) -> int:
         old, new = load_report(args.old), load_report(args.new)
     except ReportError as exc:
         raise UsageError(str(exc)) from None
+    why = diff.incomparable(old, new, str(args.old), str(args.new))
+    if why:
+        raise UsageError(why)
     result = diff_reports(old, new)
     console.print(render(result), end="", markup=False, highlight=False, soft_wrap=True)
     return EXIT_FAILED if result.worse else EXIT_OK

@@ -4,7 +4,9 @@ hosts, the SSH settings, the run directory's name. Bad values are ``UsageError``
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from preflight.app.errors import UsageError
 from preflight.collect import slurm_job
@@ -43,10 +45,46 @@ MAX_RUN_ID = 200  # a file name holds 255 bytes; the soak adds to it on the node
 
 
 def out_dir_of(args: argparse.Namespace):
-    """``--out``, refused when it names something that is not a directory."""
-    if args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out: {args.out} is a file, not a directory")
+    """``--out``, refused when it names something that is not a directory or cannot be created."""
+    why = unwritable_dir(args.out)
+    if why:
+        raise UsageError(f"--out: {why}")
     return args.out
+
+
+def unwritable_dir(path: Path) -> str | None:
+    """Why a directory cannot be written to (or created with its parents) at ``path``; None when
+    it can. Asked before anything runs, so that a run never ends in a traceback half-way, after
+    the nodes were probed, with nowhere to write (a file where a folder should be, a read-only
+    mount, a folder that is not ours)."""
+    if path.exists():
+        if not path.is_dir():
+            return f"{path} is a file, not a directory"
+        return None if os.access(path, os.W_OK | os.X_OK) else f"{path}: not writable (permission denied)"
+    missing = [path]
+    while not missing[-1].parent.exists() and missing[-1].parent != missing[-1]:
+        missing.append(missing[-1].parent)
+    ancestor = missing[-1].parent
+    if not ancestor.is_dir():
+        return f"cannot create {path}: {ancestor} is a file, not a directory"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"cannot create {path}: {ancestor} is not writable (permission denied or a read-only file system)"
+    # Permissions do not tell everything (a pseudo file system such as /proc, a quota): create the
+    # folders for real, then take them away again, so that a refused run leaves nothing behind.
+    created: list[Path] = []
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            created.append(folder)
+    except OSError as exc:
+        return f"cannot create {path}: {exc.strerror or exc}"
+    finally:
+        for folder in reversed(created):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+    return None
 
 
 def run_id_of(args: argparse.Namespace, default: str) -> str:

@@ -45,8 +45,8 @@ def runner_plan(plan: ExecPlan) -> dict:
     """The plan as the runner reads it: plain strings, numbers, booleans and lists."""
     return {
         "per_node": plan.per_node, "budget_s": float(plan.node_budget()),
-        "probes": [{"id": p.id, "argv": list(p.argv), "tool": p.tool, "limit": float(plan.limit_for(p)),
-                    "active": p.active, "after_active": p.after_active}
+        "probes": [{"id": p.id, "argv": list(p.argv), "tool": p.tool, "tools": list(p.tools),
+                    "limit": float(plan.limit_for(p)), "active": p.active, "after_active": p.after_active}
                    for p in plan.probes],
     }
 

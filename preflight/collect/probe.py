@@ -19,7 +19,12 @@ class Probe:
     id: str
     argv: tuple[str, ...]
     description: str
-    tool: str  # the program whose absence means "tool-missing"
+    tool: str  # the program whose absence means "tool-missing"; the one a timeout of this probe blames
+    # Every other program the command calls that can hang on a sick node. A tool that hung on the
+    # node earlier in the run (one of its probes timed out) passes over every later probe that
+    # names it here or as ``tool``: a script that would only wait for it again costs no second
+    # timeout (the all_reduce probe counts GPUs with nvidia-smi before it starts).
+    calls: tuple[str, ...] = ()
     timeout_s: float | None = None  # None: the run's --timeout
     # A slow tool's limit as a multiple of --timeout, so --timeout still bounds it (mlxfwmanager
     # queries every adapter's flash: 4 x the default 30 s is the 120 s it used to have fixed).
@@ -30,6 +35,11 @@ class Probe:
     after_active: bool = False
     options: type | None = None  # a parametrised probe's options (a dataclass with defaults)
     arguments: Callable[[Any], tuple[tuple[str, ...], float | None]] | None = None
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """Every program the probe needs: its own tool first, then the ones its script calls."""
+        return (self.tool, *(t for t in self.calls if t != self.tool))
 
     def configured(self, options: Any = None) -> Probe:
         """This probe with a run's options applied (their defaults when None)."""

@@ -36,12 +36,15 @@ PROBES: dict[str, Probe] = {
         Probe("ofed-info", ("ofed_info", "-s"), "MLNX_OFED / DOCA-OFED release", "ofed_info"),
         Probe("mlxfwmanager", ("mlxfwmanager", "--query"), "NIC firmware query (MFT)", "mlxfwmanager",
               timeout_factor=4.0),
-        Probe("ib-sysfs", _sh(scripts.read("ib_sysfs.sh")), "RDMA firmware and port state from sysfs", "sh"),
-        Probe("ethtool-i", _sh(scripts.read("ethtool_i.sh")), "mlx5 netdev driver and firmware versions", "ethtool"),
-        Probe("kernel-log", _sh(scripts.read("kernel_log.sh")), "kernel ring buffer (XID, mlx5, PCIe)", "dmesg"),
+        Probe("ib-sysfs", _sh(scripts.read("ib_sysfs.sh")), "RDMA firmware and port state from sysfs", "sh",
+              calls=("grep",)),
+        Probe("ethtool-i", _sh(scripts.read("ethtool_i.sh")), "mlx5 netdev driver and firmware versions", "ethtool",
+              calls=("readlink",)),
+        Probe("kernel-log", _sh(scripts.read("kernel_log.sh")), "kernel ring buffer (XID, mlx5, PCIe)", "dmesg",
+              calls=("journalctl",)),
         Probe("lspci", ("lspci", "-vvv"), "PCIe link capability and status", "lspci"),
         Probe(IB_COUNTERS, _sh(scripts.read("ib_counters.sh")), "RDMA port error counters, before the active tests",
-              "sh"),
+              "sh", calls=("grep",)),
         Probe("uname", ("uname", "-a"), "kernel release (the inbox mlx5 driver's version)", "uname"),
         dcgm.DISCOVERY,
         dcgm.HEALTH,
@@ -51,7 +54,7 @@ PROBES: dict[str, Probe] = {
         nccl.PROBE,  # parametrised: the run's NcclOptions become its arguments
         # The same reading once the active probes are done: the error counters' growth under load.
         Probe(IB_COUNTERS_AFTER, _sh(scripts.read("ib_counters.sh")),
-              "RDMA port error counters, after the active tests", "sh", after_active=True),
+              "RDMA port error counters, after the active tests", "sh", calls=("grep",), after_active=True),
     ]
 }
 

@@ -126,6 +126,14 @@ def read_bundle(root: Path) -> Bundle:
         raise BundleError(f"{header_path}: field 'hosts' lists {', '.join(twice)} more than once")
     if not isinstance(header.get("created", ""), str):
         raise BundleError(f"{header_path}: field 'created' must be an ISO-8601 string")
+    for key, what in (("probes", "probe ids"), ("checks", "check ids")):
+        # Optional; when there, the judge looks names up in them, so anything but a list of
+        # strings (a list of objects from another writer) is refused here rather than crashing it.
+        names = header.get(key)
+        if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+            bad = next((n for n in names if not isinstance(n, str)), names) if isinstance(names, list) else names
+            raise BundleError(f"{header_path}: field {key!r} must be a list of {what} (strings), "
+                              f"not {type(bad).__name__} {_short(bad)}")
     results: dict[str, dict[str, ProbeResult]] = {}
     for host in hosts:
         host_dir = root / "hosts" / _safe_component(host, "host")
@@ -133,6 +141,11 @@ def read_bundle(root: Path) -> Bundle:
     fleet_dir = root / "hosts" / FLEET_HOST
     fleet = _read_host(FLEET_HOST, fleet_dir, base) if fleet_dir.is_dir() else {}
     return Bundle(root, str(header.get("created", "")), tuple(hosts), results, header, fleet)
+
+
+def _short(value: object, width: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=True, default=str)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _inside(path: Path, base: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from preflight.model import Evidence, ProbeResult
+from preflight.node.schedule import hung_tool_of
 
 
 class EvidenceMissing(Exception):
@@ -24,6 +25,12 @@ def why_missing(result: ProbeResult | None, probe: str) -> EvidenceMissing:
         return EvidenceMissing(f"{probe} not collected in this bundle", collected=False)
     command = " ".join(result.command) or probe
     if result.error:
+        if hung_tool_of(result.error):
+            # Passed over because its tool hung in an earlier probe of this node: that hang is
+            # the finding, reported where it happened (the probe that timed out and the host's
+            # probe health); this probe has no verdict of its own to add, so it is a skip.
+            return EvidenceMissing(f"{probe} skipped because {result.error.removeprefix('not run: ')}",
+                                   collected=False)
         return EvidenceMissing(f"{probe}: {result.error}")
     if result.tool_missing:
         tool = result.command[0] if result.command else probe

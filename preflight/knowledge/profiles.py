@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from preflight.knowledge import nic_matrix
 from preflight.knowledge.datafile import read_yaml
 from preflight.shipped import playbooks_dir
 
@@ -157,7 +158,28 @@ def load_profile_file(path: Path) -> Profile:
     bad = _schema_error(data)
     if bad:
         raise ProfileError(f"{path}: {bad}")
+    _check_policy_file(path, data)
     return Profile(data["id"], data["name"], data, str(path))
+
+
+def policy_path(profile_file: str | Path | None, policy: str) -> Path:
+    """A profile's ``nic.policy_file``: absolute, or relative to the profile's own file."""
+    if Path(policy).is_absolute() or not profile_file:
+        return Path(policy)
+    return Path(profile_file).parent / policy
+
+
+def _check_policy_file(path: Path, data: dict) -> None:
+    """A profile whose NIC policy is missing or broken is refused when it is loaded, naming both
+    files, rather than accepted and turned into an ERROR on every host it judges."""
+    policy = (data.get("nic") or {}).get("policy_file")
+    if not policy:
+        return
+    target = policy_path(path, policy)
+    try:
+        nic_matrix.load_matrix(str(target))
+    except nic_matrix.NicMatrixError as exc:
+        raise ProfileError(f"{path}: field 'nic.policy_file' ({policy}): {exc}") from None
 
 
 def load_profiles(extra_files: list[Path] = ()) -> dict[str, Profile]:

@@ -33,10 +33,11 @@ FILES = ("frames.py", "localexec.py", "schedule.py", "probe_runner.py")  # what 
 class PlannedProbe:
     """One probe of the plan, as the controller sent it."""
 
-    __slots__ = ("id", "argv", "tool", "limit", "active", "after_active")
+    __slots__ = ("id", "argv", "tool", "tools", "limit", "active", "after_active")
 
     def __init__(self, doc):
         self.id, self.argv, self.tool = doc["id"], tuple(doc["argv"]), doc["tool"]
+        self.tools = tuple(doc.get("tools") or (self.tool,))
         self.limit, self.active = float(doc["limit"]), bool(doc.get("active"))
         self.after_active = bool(doc.get("after_active"))
 

@@ -2,15 +2,17 @@
 the Slurm task on the node itself), written once.
 
 Up to ``per_node`` probes run at once. A tool that hangs costs one timeout per node, not one per
-probe: once a probe of a tool times out, the node's probes of that tool that have not started
-are passed over, naming the hung tool (a GPU that fell off the bus makes every ``nvidia-smi``
+probe: once a probe of a tool times out, the node's probes that need that tool (as their own
+``tool`` or among the ``tools`` their script calls) and have not started are passed over, naming
+the hung tool and the probe it hung in (a GPU that fell off the bus makes every ``nvidia-smi``
 call hang, which is exactly when preflight is run). ``budget_s`` bounds the node as a whole; a
 static probe never outlives it. Active probes (benchmarks) run alone after the static ones,
 each with its own limit.
 
 Probes and results are duck-typed so that the controller's ``Probe``/``ProbeResult`` and the
-node runner's plain records both fit: a probe has ``tool``, ``argv`` and ``active``; a result
-has ``timed_out``, ``duration_s`` and ``error``. Stdlib only: this file is shipped to nodes.
+node runner's plain records both fit: a probe has ``id``, ``tool``, ``argv`` and ``active``, and
+may have ``tools``; a result has ``timed_out``, ``duration_s`` and ``error``.
+Stdlib only: this file is shipped to nodes.
 
 Two drivers carry the rule out: ``run_schedule`` with a thread per probe slot, for transports
 whose ``execute`` blocks (a channel of an SSH connection, ``LocalNode``), and the node runner's
@@ -21,6 +23,30 @@ limits and passing-over from here.
 from __future__ import annotations
 
 import time
+
+# A probe passed over for a tool that hung earlier on the node: "not run: TOOL hung in PROBE on
+# this node (how)". The judge reads it back (``hung_tool_of``): the hang is reported once, where
+# it happened, and the probes passed over for it are skipped, not failed a second time.
+_HUNG = "not run: %s hung in %s on this node (%s)"
+_HUNG_MARK = " hung in "
+_OLD_HUNG_MARK = " hung on this node"  # bundles written before the probe was named
+
+
+def needs(probe):
+    """The programs a probe needs: ``tools`` where it declares them, else its one ``tool``."""
+    return tuple(getattr(probe, "tools", None) or (probe.tool,))
+
+
+def hung_tool_of(error):
+    """The tool named by a "passed over because TOOL hung" record's error; None for any other."""
+    if not error or not error.startswith("not run: "):
+        return None
+    rest = error[len("not run: "):]
+    for mark in (_HUNG_MARK, _OLD_HUNG_MARK):
+        if mark in rest:
+            tool = rest.split(mark, 1)[0]
+            return tool if tool and " " not in tool else None
+    return None
 
 
 class _Unlocked:
@@ -44,7 +70,7 @@ class NodeSchedule:
         self._deadline = deadline
         self._clock = clock
         self._lock = lock if lock is not None else _Unlocked()
-        self.hung = {}  # tool -> the probe record that hung
+        self.hung = {}  # tool -> (id of the probe it hung in, how it was stopped)
         self.lost = None  # why the transport is gone
 
     def next(self):
@@ -55,8 +81,9 @@ class NodeSchedule:
                 probe = self._waiting.pop(0)
                 if self.lost:
                     skipped.append((probe, "connection lost: %s" % self.lost))
-                elif probe.tool in self.hung:
-                    skipped.append((probe, "not run: %s hung on this node (%s)" % (probe.tool, self.hung[probe.tool])))
+                elif any(tool in self.hung for tool in needs(probe)):
+                    tool = next(tool for tool in needs(probe) if tool in self.hung)
+                    skipped.append((probe, _HUNG % ((tool,) + self.hung[tool])))
                 elif self._clock() >= self._deadline:
                     skipped.append((probe, "not run: the node's deadline passed (--node-timeout)"))
                 else:
@@ -72,8 +99,11 @@ class NodeSchedule:
 
     def finished(self, probe, result, connected):
         with self._lock:
+            # A timeout blames the probe's own tool: of a script's several calls, that is the
+            # one the probe exists to run.
             if result.timed_out and probe.tool not in self.hung:
-                self.hung[probe.tool] = "%s stopped after %g s" % (" ".join(probe.argv[:3]), result.duration_s)
+                self.hung[probe.tool] = (getattr(probe, "id", probe.tool),
+                                         "%s stopped after %g s" % (" ".join(probe.argv[:3]), result.duration_s))
             if result.error and not connected:
                 self.lost = result.error
 

@@ -11,6 +11,9 @@ which is stripped before matching; the timestamp text and the host are kept:
   ``2026-11-29T10:00:00+0000 host kernel: ``, also followed by a dmesg ``[seconds]`` stamp
   (``/var/log/kern.log``), or a bare ``kernel: ``
 - ``talosctl dmesg`` ``192.168.11.119: kern: warning: [2026-04-22T21:27:51.291660856Z]: ``
+- raw ``/dev/kmsg`` records ``6,1873,38174242,-;message`` (with their `` KEY=value``
+  continuation lines) and ``journalctl -k -o json`` records, rewritten line for line into the
+  shapes above first (kernel_log_shapes.py)
 - pdsh / clush ``host: `` in front of any of the above. A bare ``host: message`` with nothing
   after the colon that looks like a prefix is indistinguishable from a driver tag such as
   ``mlx5_vdpa: ``, so there the host is left unset (the line is still matched).
@@ -92,7 +95,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, fields, replace
 from itertools import accumulate
 
-from preflight.parse import ParseError, regex_needle
+from preflight.parse import ParseError, kernel_log_shapes, regex_needle
 
 _START, _MORE, _CONTEXT = "start", "more", "context"
 
@@ -468,10 +471,24 @@ def _candidate_lines(lines: list[str]) -> set[int] | None:
     return found
 
 
+def _distance(lines: list[str], captured: list[str]):
+    """``apart(a, b)``: how many lines of the log lie from line a to line b, counting only lines
+    that were not blanked by the normalising (plain line numbers where nothing was rewritten)."""
+    if lines is captured:
+        return lambda a, b: b - a
+    kept = [0, *accumulate(1 if line or not captured[i] else 0 for i, line in enumerate(lines))]
+    return lambda a, b: kept[b] - kept[a]
+
+
 def parse_kernel_log(text: str) -> KernelLog:
     """Read ``dmesg`` / ``journalctl -k`` output into the symptoms it shows."""
-    lines = text.splitlines()
+    captured = text.splitlines()
+    # Raw /dev/kmsg records and journalctl's JSON, line for line in dmesg's shape (kernel_log_shapes.py).
+    lines = kernel_log_shapes.normalised(captured)
     _check_not_a_log(lines)
+    # Records apart, for folding: a kmsg record's continuation lines (empty once normalised) do
+    # not count, so a multi-line message folds as it does in dmesg.
+    apart = _distance(lines, captured)
 
     events: list[KernelEvent] = []
     notes: list[str] = []
@@ -524,7 +541,7 @@ def parse_kernel_log(text: str) -> KernelLog:
             continue
         if "device" not in values:
             remembered = context.get((prefix.host, driver))
-            if remembered and number - remembered[0] <= _FOLD_WINDOW:
+            if remembered and apart(remembered[0], number) <= _FOLD_WINDOW:
                 values["device"] = remembered[1]
 
         key = (prefix.host, signature.kind)
@@ -533,13 +550,13 @@ def parse_kernel_log(text: str) -> KernelLog:
             current = events[index]
             conflict = current.device is not None and values.get("device") not in (
                 None, current.device)
-            if number - last <= _FOLD_WINDOW and not conflict:
+            if apart(last, number) <= _FOLD_WINDOW and not conflict:
                 missing = {k: v for k, v in values.items() if getattr(current, k) is None}
                 events[index] = replace(current, **missing)
                 open_records[key] = (index, number)
                 continue
 
-        events.append(KernelEvent(kind=signature.kind, line=number, message=message, raw=raw,
+        events.append(KernelEvent(kind=signature.kind, line=number, message=message, raw=captured[number - 1],
                                   timestamp=prefix.timestamp, host=prefix.host, **values))
         open_records[key] = (len(events) - 1, number)
 

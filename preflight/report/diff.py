@@ -14,7 +14,8 @@ count that leaves zero always is (0 -> 1 is no rounding error). The unit is read
 key's suffix (``_gbs`` GB/s, ``_c`` °C, ``_mhz`` MHz, ``_w`` W, ``_pct`` %, ...).
 
 Only the two reports are read, never the bundles, so any two runs of any versions with the
-``preflight-report/1`` format compare.
+``preflight-report/1`` format compare, provided they are of one kind: a fleet run (a judged
+bundle) and a soak share no check, and are refused (``incomparable``).
 """
 
 from __future__ import annotations
@@ -129,6 +130,27 @@ def load_report(path: str | Path) -> dict:
     if bad:
         raise ReportError(f"{path}: {bad}")
     return doc
+
+
+def report_kind(doc: dict) -> str:
+    """``soak`` for a judged soak (its report has the ``soak`` section or names its soak directory),
+    ``run`` for a judged bundle (``run``, ``analyze BUNDLE``, ``merge``, ``healthcheck``)."""
+    return "soak" if isinstance(doc.get("soak"), dict) or doc.get("soak_dir") else "run"
+
+
+_KIND_WORDS = {"run": "a fleet run (its checks judge the probes' evidence)",
+               "soak": "a soak (its soak-* checks judge telemetry under load)"}
+
+
+def incomparable(old: dict, new: dict, old_name: str = "OLD", new_name: str = "NEW") -> str | None:
+    """Why two reports cannot be compared, or None. A fleet run and a soak share no check, so a
+    diff of the two would list every check of each as new or gone: nothing in it would be a
+    change of the hosts."""
+    old_kind, new_kind = report_kind(old), report_kind(new)
+    if old_kind == new_kind:
+        return None
+    return (f"{old_name} is {_KIND_WORDS[old_kind]} and {new_name} is {_KIND_WORDS[new_kind]}: they share no "
+            f"check, so there is nothing to compare; diff a run with a run and a soak with a soak")
 
 
 def _malformed(doc: dict) -> str | None:

@@ -65,6 +65,11 @@ def render(analysis: Analysis) -> str:
         out += ["## Passed and skipped", "", "| host | check | verdict | summary |", "| --- | --- | --- | --- |"]
         out += [f"| {f.host or 'fleet'} | {f.check} | {_ICON[f.status.value]} | {_cell(f.summary)} |" for f in passed]
         out.append("")
+    # What the soak's reader tolerated (a cut-off last line, time going back, fields it does not
+    # know): in report.json's soak_notes, and here, where a person reads the report.
+    notes = meta.get("soak_notes") or []
+    if notes:
+        out += ["## Notes on the soak data", "", *[f"- {_cell(str(n))}" for n in notes], ""]
     return "\n".join(out)
 
 

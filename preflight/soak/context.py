@@ -97,12 +97,15 @@ class SoakContext:
         return gpu_verdicts.power(host, self.gpus[host], self.thresholds)
 
     def judge_telemetry(self, host: str) -> Outcome:
-        return gpu_verdicts.telemetry(host, self.gpus[host], self.thresholds, self.plan)
+        steps = tuple(s for s in self.data.steps_back if s.host == host)
+        return gpu_verdicts.telemetry(host, self.gpus[host], self.thresholds, self.plan, steps)
 
     def judge_coverage(self, host: str) -> Outcome | None:
-        """An ERROR when the host's soak did not run as planned (its agent did not finish, or it
-        covered less than its plan), else None (coverage.py)."""
-        return coverage.incomplete(host, self.covered_s(host), self.plan, self.thresholds)
+        """An ERROR when the host's soak did not run as planned (its agent did not finish, it
+        covered less than its plan, or one of its GPUs joined too late to), else None (coverage.py)."""
+        back = max((s.largest_s for s in self.data.steps_back if s.host == host), default=0.0)
+        return (coverage.incomplete(host, self.covered_s(host), self.plan, self.thresholds, back)
+                or coverage.late_gpus(host, self.gpus.get(host) or (), self.plan, self.thresholds))
 
     def judge_memory(self, host: str) -> Outcome:
         return gpu_verdicts.memory(host, self.telemetry[host], self.thresholds)

@@ -16,6 +16,13 @@ says nothing about minute 15, where the thermal cliff shows. So before the figur
   load is timed from when it runs, so a complete soak covers at least its plan; the tolerance
   absorbs the last interval's rounding and a stop signal's latency.
 
+Coverage is judged per GPU too (``late_gpus``): a GPU first sampled well into the soak (hot
+plug, a reset, a driver that came back) was not soaked for the time before, whatever its host's
+other GPUs cover, so a GPU whose own span, from its first sample to its host's last, falls short
+of the plan (or, without one, of its host's span) by more than the tolerance is the same ERROR,
+naming the GPU. A GPU that stops reporting early is ``gpu-fallen-off-bus`` (gpu_verdicts.py),
+not this.
+
 ERROR, not FAIL: an incomplete soak means preflight could not tell whether the node holds up,
 which is different from having seen it fail. A soak directory with no ``planned_s`` (telemetry
 assembled from a DCGM dump) is judged on what it holds, and the summary says no plan was given.
@@ -24,7 +31,7 @@ assembled from a DCGM dump) is judged on what it holds, and the summary says no 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +39,7 @@ from preflight.check import Outcome
 from preflight.contracts import SOAK_JSON
 from preflight.model import Status
 from preflight.soak import fmt
-from preflight.soak.figures import Thresholds
+from preflight.soak.figures import GpuSummary, Thresholds
 
 INCOMPLETE = "soak-incomplete"
 FINISHED = "finished"
@@ -74,8 +81,10 @@ def covered_text(covered_s: float, plan: Plan) -> str:
     return f"covered {fmt.duration(covered_s)} of the planned {fmt.duration(plan.planned_s)}"
 
 
-def incomplete(host: str, covered_s: float, plan: Plan, th: Thresholds) -> Outcome | None:
-    """The ERROR for a host whose soak did not run as planned, or None when it did."""
+def incomplete(host: str, covered_s: float, plan: Plan, th: Thresholds, stepped_back_s: float = 0.0) -> Outcome | None:
+    """The ERROR for a host whose soak did not run as planned, or None when it did.
+    ``stepped_back_s``: the largest step back of the host's clock (order.py); a span measured
+    across one is shorter than the time that passed, and the verdict says so."""
     data = {"covered_s": round(covered_s, 2), "planned_s": plan.planned_s}
     agent = plan.agents.get(host)
     outcome = None if agent is None else agent.get("outcome")
@@ -88,7 +97,30 @@ def incomplete(host: str, covered_s: float, plan: Plan, th: Thresholds) -> Outco
                        + f"; {covered_text(covered_s, plan)}: not a pass", (INCOMPLETE,), data=data, host=host)
     if plan.planned_s is not None and covered_s < plan.planned_s - tolerance_s(plan, th):
         share = covered_s / plan.planned_s
+        clock = (f"; the node's clock went back {fmt.duration(stepped_back_s)} during the soak, so the span of "
+                 "its samples may understate the time it ran" if stepped_back_s > 0 else "")
         return Outcome(Status.ERROR, f"soak incomplete: {covered_text(covered_s, plan)} ({share:.0%}; "
-                       f"a soak short of its plan by more than {fmt.duration(tolerance_s(plan, th))} is not a pass)",
-                       (INCOMPLETE,), data=data, host=host)
+                       f"a soak short of its plan by more than {fmt.duration(tolerance_s(plan, th))} is not a pass)"
+                       + clock, (INCOMPLETE,), data=data, host=host)
     return None
+
+
+def late_gpus(host: str, gpus: Sequence[GpuSummary], plan: Plan, th: Thresholds) -> Outcome | None:
+    """The ERROR for a host with a GPU that joined the soak too late to cover it (see above)."""
+    if not gpus:
+        return None
+    start, end = min(g.first_t for g in gpus), max(g.last_t for g in gpus)
+    wanted = plan.planned_s if plan.planned_s is not None else end - start
+    interval = min((g.interval_s for g in gpus if g.interval_s > 0), default=0.0)
+    tolerance = max(th.coverage_shortfall * wanted, th.coverage_min_intervals * (plan.interval_s or interval))
+    short = [(g, end - g.first_t) for g in gpus if end - g.first_t < wanted - tolerance]
+    if not short:
+        return None
+    what = (f"of the planned {fmt.duration(wanted)}" if plan.planned_s is not None
+            else f"of its host's {fmt.duration(wanted)}")
+    parts = [f"GPU {g.gpu} first sampled at +{fmt.duration(g.first_t - start)}, so it covered "
+             f"{fmt.duration(covered)} {what}" for g, covered in short]
+    data = {"gpus_incomplete": {str(g.gpu): round(covered, 2) for g, covered in short}, "planned_s": plan.planned_s}
+    return Outcome(Status.ERROR, "soak incomplete on a GPU: " + "; ".join(parts)
+                   + f" (a GPU short of the soak by more than {fmt.duration(tolerance)} is not soaked: not a pass)",
+                   (INCOMPLETE,), data=data, host=host)

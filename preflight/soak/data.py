@@ -59,16 +59,20 @@ import numpy as np
 import pandas as pd
 
 from preflight.contracts import (
+    AGENT_TELEMETRY_COLUMNS,
+    AGENT_THROUGHPUT_COLUMNS,
     EVENTS_CSV,
     SLOWDOWN_COLUMN,
     SOAK_FORMAT,
     SOAK_JSON,
+    SOAK_JSON_KEYS,
     TELEMETRY_COLUMNS,
     TELEMETRY_CSV,
     THROUGHPUT_COLUMNS,
     THROUGHPUT_CSV,
 )
 from preflight.soak.hostrows import HostFrames, SpilledFrames, SpillStore, by_time, host_rows
+from preflight.soak.order import StepBack, host_order, order_of
 
 # Numeric telemetry columns whose cells may be empty; `time` and `gpu` may not.
 _OPTIONAL_NUMERIC = tuple(c for c in TELEMETRY_COLUMNS if c not in ("time", "host", "gpu"))
@@ -88,6 +92,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "power_w": (0.0, 100_000.0), "power_limit_w": (0.0, 100_000.0),
     "utilization_pct": (0.0, 100.0), "memory_used_mib": (0.0, float(1 << 40)),
 }
+
+
+# The largest clocks-event bitmask read: NVML's published reasons end at 0x100 (docs/sources.md
+# 4.1), and every bit up to 2**53 survives the float64 the analysis holds the column in, so an
+# unknown bit is still reported as itself (``unknown_bit_0x...``). A larger value is no reading:
+# it would wrap in the analysis's int64 mask (numpy's "invalid value in cast" warning).
+MAX_BITMASK = float(2**53 - 1)
 
 
 class SoakDataError(ValueError):
@@ -138,6 +149,9 @@ class SoakData:
     # Read with ``spill_dir``: each host's rows kept on disk, ``telemetry`` and ``throughput``
     # then empty frames with the files' columns (hostrows.py).
     spilled: tuple[SpilledFrames, SpilledFrames] | None = field(default=None, repr=False)
+    # Every GPU whose time went backwards in the file's order (order.py), which the sorted rows
+    # no longer show.
+    steps_back: tuple[StepBack, ...] = ()
 
     @cached_property
     def telemetry_by_host(self) -> HostFrames | SpilledFrames:
@@ -163,25 +177,26 @@ def read_soak(soak_dir: str | Path, *, columns: Sequence[str] | None = None,
     if not soak_dir.is_dir():
         raise SoakDataError(soak_dir, "not a directory")
     meta = _read_meta(soak_dir / SOAK_JSON)
-    notes: list[str] = []
+    notes: list[str] = _unknown_fields(SOAK_JSON, (meta.extra or {}).keys(), SOAK_JSON_KEYS, "fields")
     tele_path = soak_dir / TELEMETRY_CSV
     # Spilled, only the columns the reader converts to numbers (a column left as the parser
     # found it may be text in one chunk and numbers in the next, which one raw file cannot hold).
     columns = ANALYSIS_COLUMNS if spill_dir is not None else columns
     keep = None if columns is None else frozenset(TELEMETRY_COLUMNS) | frozenset(columns)
     thr_keep = frozenset((*THROUGHPUT_COLUMNS, "gpu")) if spill_dir is not None else None
-    tele_chunks = _chunks(tele_path, TELEMETRY_COLUMNS, notes, lambda df: _telemetry_chunk(df, tele_path), keep)
+    tele_chunks = _chunks(tele_path, TELEMETRY_COLUMNS, notes, lambda df: _telemetry_chunk(df, tele_path), keep,
+                          known=AGENT_TELEMETRY_COLUMNS)
     throughput_path = soak_dir / THROUGHPUT_CSV
     thr_chunks = (_chunks(throughput_path, THROUGHPUT_COLUMNS, notes,
-                          lambda df: _throughput_chunk(df, throughput_path), thr_keep)
+                          lambda df: _throughput_chunk(df, throughput_path), thr_keep, known=AGENT_THROUGHPUT_COLUMNS)
                   if throughput_path.exists() else None)
     if spill_dir is None:
         telemetry = _join(list(tele_chunks))
         throughput = _join(list(thr_chunks)) if thr_chunks is not None else _no_throughput(notes)
         rows = host_rows(telemetry)
-        notes += order_notes(telemetry, rows)
-        notes += _unknown_hosts(rows, meta)
-        return SoakData(soak_dir, meta, by_time(telemetry), by_time(throughput), tuple(notes))
+        back, late = order_of(telemetry, rows)
+        notes += [b.note() for b in back] + late + _unknown_hosts(rows, meta)
+        return SoakData(soak_dir, meta, by_time(telemetry), by_time(throughput), tuple(notes), steps_back=tuple(back))
 
     tele_store, thr_store = SpillStore(Path(spill_dir) / "telemetry"), SpillStore(Path(spill_dir) / "throughput")
     for chunk in tele_chunks:
@@ -191,13 +206,24 @@ def read_soak(soak_dir: str | Path, *, columns: Sequence[str] | None = None,
     back, late = [], []
     for host in sorted(tele_store.hosts):
         raw = tele_store.raw(host)
-        b, lt = _host_order_notes(host, raw["time"].to_numpy(float), raw["gpu"].to_numpy(), raw["_line"].to_numpy())
+        b, lt = host_order(host, raw["time"].to_numpy(float), raw["gpu"].to_numpy(), raw["_line"].to_numpy())
         back += b
         late += lt
         del raw
-    notes += back + late + _unknown_hosts(tele_store.hosts, meta)
+    notes += [b.note() for b in back] + late + _unknown_hosts(tele_store.hosts, meta)
     return SoakData(soak_dir, meta, tele_store.empty(), thr_store.empty(), tuple(notes),
-                    spilled=(tele_store.frames(), thr_store.frames()))
+                    spilled=(tele_store.frames(), thr_store.frames()), steps_back=tuple(back))
+
+
+def _unknown_fields(name: str, present: Iterable[str], known: Sequence[str], what: str) -> list[str]:
+    """One note naming every field of a file that the contract and preflight's own writers do
+    not have: kept and not read, not refused (a newer writer may add them; contracts are
+    extended by adding)."""
+    unknown = [str(k) for k in present if str(k).strip() not in known]
+    if not unknown:
+        return []
+    return [f"{name}: {what} not in {SOAK_FORMAT} or preflight's writers, kept but not read "
+            f"(a newer writer's?): {', '.join(unknown)}"]
 
 
 def _no_throughput(notes: list[str]) -> pd.DataFrame:
@@ -248,47 +274,6 @@ def _compact(df: pd.DataFrame, columns: Iterable[str]) -> None:
             df[col] = small
 
 
-def order_notes(telemetry: pd.DataFrame, rows: Mapping[str, np.ndarray] | None = None) -> list[str]:
-    """What the file's order says about the recording: a GPU whose time goes backwards (a clock
-    step, or files concatenated out of order; the rows are sorted by time for the analysis),
-    and a GPU whose first sample comes well after its host's first (it appeared mid-run: hot
-    plug, a reset, a driver that came back), which the reader notes rather than hides."""
-    t_all = telemetry["time"].to_numpy(float)
-    gpu_all = telemetry["gpu"].to_numpy()
-    line_all = telemetry["_line"].to_numpy() if "_line" in telemetry else np.arange(len(telemetry)) + 2
-    back, late = [], []
-    # Host by host, with only that host's time, GPU and line arrays: a fleet's frame is never
-    # split whole. Every host's time steps back first, then every host's late GPUs.
-    for host, idx in sorted((host_rows(telemetry) if rows is None else rows).items()):
-        b, lt = _host_order_notes(host, t_all[idx], gpu_all[idx], line_all[idx])
-        back += b
-        late += lt
-    return back + late
-
-
-def _host_order_notes(host: str, t: np.ndarray, gpu: np.ndarray, line: np.ndarray) -> tuple[list[str], list[str]]:
-    """One host's notes of ``order_notes`` from its rows in file order: (time steps back, late GPUs)."""
-    order = np.argsort(gpu, kind="stable")  # within a GPU the rows keep their file order
-    gpus, starts = np.unique(gpu[order], return_index=True)
-    parts = np.split(order, starts[1:])
-    back = []
-    for g, rows in zip(gpus, parts, strict=True):
-        tg = t[rows]
-        steps = np.flatnonzero(np.diff(tg) < 0)
-        if len(steps):
-            i = steps[0] + 1
-            back.append(f"{TELEMETRY_CSV}:{int(line[rows[i]])}: {host} GPU {g}: time goes back "
-                        f"{tg[i - 1] - tg[i]:.3g} s ({len(steps)} time{'s' if len(steps) > 1 else ''}); "
-                        "rows sorted by time")
-    start = t.min()
-    firsts = pd.Series([t[rows].min() for rows in parts], index=gpus)
-    step = float(np.median(np.diff(np.unique(t)))) if len(t) > 2 else 0.0
-    late = [f"{TELEMETRY_CSV}: {host} GPU {g} first appears {first - start:.1f} s into the soak "
-            "(not there from the start: a reset, hot plug or a late driver)"
-            for g, first in firsts[firsts - start > max(10 * step, 5.0)].items()]
-    return back, late
-
-
 def read_events(soak_dir: str | Path) -> tuple[dict[str, str], ...]:
     """events.csv's rows as they are, in file order. The file is optional and read, not
     validated: the agent writes it as things happen, so an absent file reads as no events and
@@ -335,10 +320,11 @@ CHUNK_ROWS = 250_000
 
 
 def _chunks(path: Path, columns: Sequence[str], notes: list[str],
-            convert: Callable[[pd.DataFrame], None], keep: frozenset[str] | None = None) -> Iterator[pd.DataFrame]:
+            convert: Callable[[pd.DataFrame], None], keep: frozenset[str] | None = None,
+            known: Sequence[str] = ()) -> Iterator[pd.DataFrame]:
     """The file, validated and converted chunk by chunk (``convert`` raises on the chunk's
     first bad cell, naming its line); at least one chunk, empty for a header alone. ``keep``:
-    the columns to read (default: all)."""
+    the columns to read (default: all); ``known``: the columns not to note as unknown."""
     if not path.exists():
         raise SoakDataError(path, "missing")
     if not path.is_file():
@@ -349,6 +335,8 @@ def _chunks(path: Path, columns: Sequence[str], notes: list[str],
         # numbers with empty cells then reads as numbers, not as one string a cell, which held
         # more than half of a long soak's memory.
         header = pd.read_csv(path, nrows=0, encoding="utf-8").columns
+        if known:
+            notes += _unknown_fields(path.name, header, known, "columns")
         numeric_na = {c: _NOT_AVAILABLE for c in header if c not in ("host", "metric")}
         usecols = None if keep is None else [c for c in header if str(c).strip() in keep]
         # Blank lines are kept (as all-empty rows) so that row i is always line i + 2.
@@ -495,11 +483,26 @@ def _to_bitmask(df: pd.DataFrame, path: Path) -> None:
                 raise SoakDataError(path, f"{text!r} is not a bitmask", line=line, field=col) from None
         values = keys.map(parsed)
     values = values.astype(float)
-    bad = values.notna() & ((values < 0) | (values != values.round()))
+    present = values.notna()
+    infinite = present & ~np.isfinite(values.to_numpy(float, na_value=np.nan))
+    if infinite.any():
+        line, row = _first_bad(df, infinite)
+        raise SoakDataError(path, f"{_cell(row[col])} is not a bitmask (not a finite number)", line=line, field=col)
+    bad = present & ((values < 0) | (values != values.round()))
     if bad.any():
         line, row = _first_bad(df, bad)
         raise SoakDataError(path, f"{row[col]!r} is not a bitmask", line=line, field=col)
+    huge = present & (values > MAX_BITMASK)
+    if huge.any():
+        line, row = _first_bad(df, huge)
+        raise SoakDataError(path, f"{_cell(row[col])} sets bits no reading has (above 2**53; NVML's reasons "
+                            "end at 0x100, docs/sources.md 4.1)", line=line, field=col)
     df[col] = values
+
+
+def _cell(value: object) -> str:
+    """A cell as the message quotes it: the file's text, or a number as a number (not numpy's repr)."""
+    return repr(value) if isinstance(value, str) else f"{float(value):g}"
 
 
 def write_soak(soak_dir: str | Path, meta: SoakMeta, telemetry: pd.DataFrame,

@@ -37,6 +37,7 @@ from preflight.contracts import TELEMETRY_CSV
 from preflight.model import Evidence, Status
 from preflight.soak import coverage, fmt
 from preflight.soak.figures import THERMAL, GpuSummary, Thresholds, loaded_mask, nanmedian
+from preflight.soak.order import StepBack
 
 
 def thermal(host: str, gpus: Sequence[GpuSummary], th: Thresholds) -> Outcome:
@@ -134,9 +135,13 @@ def _floor(g: GpuSummary, th: Thresholds) -> float | None:
     return None if g.baseline_sm_clock_mhz is None else round(th.clock_floor_fraction * g.baseline_sm_clock_mhz, 1)
 
 
-def telemetry(host: str, gpus: Sequence[GpuSummary], th: Thresholds, plan: coverage.Plan | None = None) -> Outcome:
+def telemetry(host: str, gpus: Sequence[GpuSummary], th: Thresholds, plan: coverage.Plan | None = None,
+              steps_back: Sequence[StepBack] = ()) -> Outcome:
     """Fallen-off GPUs (FAIL); gaps are named in the summary (``gap_notes`` says where), and
-    the time covered against the plan (coverage.py judges a shortfall before this runs)."""
+    the time covered against the plan (coverage.py judges a shortfall before this runs). Time
+    that went backwards in the file (``steps_back``, order.py) and GPUs that came late (within
+    the tolerance coverage.py allows) are said too: the rows were sorted by time, so what was
+    measured across a step is uncertain, and the verdict must not read as if nothing happened."""
     start = min(g.first_t for g in gpus)
     end = max(g.last_t for g in gpus)
     fallen = []
@@ -149,12 +154,13 @@ def telemetry(host: str, gpus: Sequence[GpuSummary], th: Thresholds, plan: cover
     interval = float(np.median([g.interval_s for g in gpus]))
     data = {"gpus": len(gpus), "samples": sum(g.samples for g in gpus), "interval_s": round(interval, 3),
             "duration_s": round(end - start, 2), "gaps": len(gaps)}
+    said = _order_words(gpus, start, th, steps_back, data)
     if fallen:
         parts = [f"GPU {g.gpu} stopped reporting at +{fmt.duration(last - start)} of {fmt.duration(end - start)}"
                  for g, last in fallen]
         evidence = tuple(Evidence(TELEMETRY_CSV, f"GPU {g.gpu} last reading {g.evidence.get('last', 'none')}")
                          for g, _ in fallen)
-        return Outcome(Status.FAIL, "; ".join(parts), ("gpu-fallen-off-bus",), evidence, data, host=host)
+        return Outcome(Status.FAIL, "; ".join(parts + said), ("gpu-fallen-off-bus",), evidence, data, host=host)
     summary = (f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''} sampled every {interval:.2g} s "
                f"for {fmt.duration(end - start)}, {data['samples']} samples")
     if plan is not None and plan.planned_s is not None:
@@ -162,7 +168,27 @@ def telemetry(host: str, gpus: Sequence[GpuSummary], th: Thresholds, plan: cover
         data["planned_s"] = plan.planned_s
     if gaps:
         summary += f"; {len(gaps)} gap{'s' if len(gaps) > 1 else ''} longer than {th.gap_intervals:g} intervals"
-    return Outcome(Status.PASS, summary, data=data, host=host)
+    return Outcome(Status.PASS, "; ".join([summary, *said]), data=data, host=host)
+
+
+def _order_words(gpus: Sequence[GpuSummary], start: float, th: Thresholds, steps_back: Sequence[StepBack],
+                 data: dict) -> list[str]:
+    """What the verdict says of time going back and of GPUs that came late (and records in ``data``)."""
+    words = []
+    if steps_back:
+        data["time_steps_back"] = {str(s.gpu): s.times for s in steps_back}
+        worst = max(steps_back, key=lambda s: s.largest_s)
+        times = sum(s.times for s in steps_back)
+        words.append(f"time went back {times} time{'s' if times > 1 else ''} on "
+                     f"{fmt.gpu_list([s.gpu for s in steps_back])} (up to {fmt.duration(worst.largest_s)}, first at "
+                     f"{TELEMETRY_CSV}:{min(s.line for s in steps_back)}): rows sorted by time, so what was "
+                     "measured across a step is uncertain")
+    late_after = max(th.coverage_min_intervals * max((g.interval_s for g in gpus), default=0.0), 5.0)
+    late = [g for g in gpus if g.first_t - start > late_after]
+    if late:
+        data["late_gpus"] = {str(g.gpu): round(g.first_t - start, 2) for g in late}
+        words.append("; ".join(f"GPU {g.gpu} first sampled at +{fmt.duration(g.first_t - start)}" for g in late))
+    return words
 
 
 def gap_notes(host: str, gpus: Sequence[GpuSummary]) -> list[str]:

@@ -30,8 +30,9 @@ from preflight.soak.plan import MODELS_DIR, NODE_SOURCES, SoakPlan, write_plan
 AGENT_PATH = NODE_SOURCES / "agent.py"
 # Shipped beside agent.py: the modules it imports, and the vllm and endpoint engines' (which it
 # imports only for those engines; tests/soak/test_soak_controller.py checks the list is complete).
-NODE_FILES = ("records.py", "sampler.py", "burn.py", "ib_snapshots.py", "vllm_engine.py", "vllm_log.py", "loadgen.py",
-              "loadgen_bench.py", "loadgen_http.py", "loadgen_windows.py")
+NODE_FILES = ("agent_options.py", "records.py", "sampler.py", "burn.py", "ib_snapshots.py", "vllm_engine.py",
+              "vllm_log.py", "loadgen.py", "loadgen_config.py", "loadgen_bench.py", "loadgen_http.py",
+              "loadgen_windows.py")
 SIBLING_PATHS = tuple(NODE_SOURCES / name for name in NODE_FILES)
 
 # Run on the node as `python3 -c _START NODE_DIR RUN_ID AGENT_ARGS...` with the agent's tar

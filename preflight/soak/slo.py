@@ -7,6 +7,11 @@ compared; a host FAILs ``slo-violated`` when an SLO is broken in more than ``slo
 judged windows (default 5 %), and WARNs when it is broken in fewer; the worst windows are the
 evidence. A window that saw no completion has no percentile: it is not judged, and is counted.
 
+Failed and timed-out requests are judged without any ``--slo``: when no ``error_rate`` is given,
+the default error budget (``slo_spec.DEFAULT_ERROR_RATE``, 0.1 %) is judged in its place, the same
+way, and the verdict names it as the default; ``--slo error_rate=`` replaces it. The run's
+failed requests and their share are stated whenever the windows count them.
+
 With or without SLOs the verdict states P50/P99 TTFT and TPOT over the run, and a latency that
 doubles from the first quarter of the windows to the last while throughput holds (within 10 %)
 WARNs ``latency-drift``: requests queue, or the node slows, with the same work done.
@@ -20,7 +25,7 @@ from preflight.check import Outcome
 from preflight.contracts import THROUGHPUT_CSV
 from preflight.model import Evidence, Status, worst
 from preflight.soak.figures import Thresholds
-from preflight.soak.slo_spec import LATENCY_METRICS, Slo
+from preflight.soak.slo_spec import LATENCY_METRICS, Slo, with_error_budget
 from preflight.soak.throughput import clock_change
 
 DRIFT_FACTOR = 2.0
@@ -53,9 +58,12 @@ def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float,
     summary = _percentiles(wide)
     broken, notes, evidence, data = [], [], [], {"slos": {}}
     verdict = Status.PASS
-    for slo in slos:
+    asked = slos
+    for slo in with_error_budget(slos):
         column = LATENCY_METRICS.get(slo.key, slo.key)
         values = wide[column].dropna() if column in wide else pd.Series(dtype=float)
+        if values.empty and slo.default:
+            continue  # no error counts in these windows (a hand-made soak): nothing to hold them to
         if values.empty:
             notes.append(f"{slo.text}: no window has {column}")
             verdict = worst((verdict, Status.ERROR))
@@ -63,13 +71,16 @@ def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float,
         over = values[values > slo.limit]
         share = len(over) / len(values)
         data["slos"][slo.text] = {"windows": len(values), "broken": len(over), "share": round(share, 4)}
+        if slo.default:
+            data["error_budget"] = {"error_rate": slo.limit, "default": True}
         if over.empty:
             continue
         status = Status.FAIL if share > budget else Status.WARN
         verdict = worst((verdict, status))
         top = over.sort_values(ascending=False).head(3)
         broken.append(f"{slo.text} broken in {len(over)} of {len(values)} windows ({share:.0%}; "
-                      f"allowed {budget:.0%}), worst {slo.show(top.iloc[0])} at +{(top.index[0] - t0) / 60:.1f} min")
+                      f"allowed {budget:.0%}), worst {slo.show(top.iloc[0])} at +{(top.index[0] - t0) / 60:.1f} min"
+                      + (" (no --slo error_rate= given: the default error budget)" if slo.default else ""))
         evidence += [Evidence(THROUGHPUT_CSV, f"{t},{host},{column},{v:g}") for t, v in top.items()]
         unjudged = int(wide[column].isna().sum()) if column in wide else 0
         if unjudged:
@@ -81,7 +92,8 @@ def latency(host: str, rows: pd.DataFrame, slos: tuple[Slo, ...], budget: float,
         if verdict is Status.PASS:
             verdict = Status.WARN
     parts = broken + ([drift] if drift else []) + notes
-    text = ("; ".join(parts) + "; " if parts else ("every SLO held; " if slos else "")) + _goodput_text(wide) + summary
+    text = (("; ".join(parts) + "; " if parts else ("every SLO held; " if asked else "")) + _errors_text(wide, slos)
+            + _goodput_text(wide) + summary)
     data.update(run_rates_of(wide))
     data.update(window_medians(wide))
     return Outcome(verdict, text, tuple(symptoms), tuple(evidence), data, host)
@@ -101,6 +113,30 @@ def run_rates(rows: pd.DataFrame) -> dict[str, float]:
     """Requests/s and goodput (requests within every --goodput limit, per second) over the run:
     each window's rate weighted by its length; a metric no window has is left out."""
     return run_rates_of(windows(rows))
+
+
+def request_errors(wide: pd.DataFrame) -> tuple[int, float] | None:
+    """(failed requests, their share of the requests that ended) over the run; None when the
+    windows do not count errors."""
+    if "errors" not in wide or "requests_per_s" not in wide:
+        return None
+    both = wide[["errors", "requests_per_s", "span_s"]].dropna()
+    if both.empty:
+        return None
+    errors = float(both["errors"].sum())
+    ended = float((both["requests_per_s"] * both["span_s"]).sum()) + errors
+    return round(errors), (errors / ended if ended > 0 else 0.0)
+
+
+def _errors_text(wide: pd.DataFrame, slos: tuple[Slo, ...]) -> str:
+    counted = request_errors(wide)
+    if counted is None:
+        return ""
+    errors, share = counted
+    budget = next(s for s in with_error_budget(slos) if s.key == "error_rate")
+    which = "the default error budget, --slo error_rate= sets another" if budget.default else "--slo"
+    return (f"{errors} request(s) failed or timed out ({share:.2%} of those that ended; error_rate "
+            f"{budget.limit:.2%} per window allowed, {which}); ")
 
 
 def _goodput_text(wide: pd.DataFrame) -> str:

@@ -21,11 +21,19 @@ class SloError(ValueError):
     """A ``--slo`` that cannot be read; the message says which and why."""
 
 
+# The error budget a served soak is judged on when no ``--slo error_rate=`` is given: 0.1 %, the
+# complement of the customary 99.9 % request-success SLO (an error budget is 100 % minus the SLO;
+# docs/sources.md, "Serving error budget"). A soak of a healthy node serves every request: failed
+# or timed-out requests are a finding without anyone having to ask for them.
+DEFAULT_ERROR_RATE = 0.001
+
+
 @dataclass(frozen=True)
 class Slo:
     key: str
     limit: float  # milliseconds for latencies, a fraction for error_rate
     text: str  # as the user wrote it
+    default: bool = False  # the default error budget, not one the user gave
 
     def show(self, value: float) -> str:
         return f"{value:.2%}" if self.key == "error_rate" else f"{value:.0f} ms"
@@ -63,3 +71,12 @@ def parse_slos(texts) -> tuple[Slo, ...]:
     return slos
 
 
+
+
+DEFAULT_ERROR_SLO = Slo("error_rate", DEFAULT_ERROR_RATE, f"error_rate={DEFAULT_ERROR_RATE:.1%} (default)",
+                        default=True)
+
+
+def with_error_budget(slos: tuple[Slo, ...]) -> tuple[Slo, ...]:
+    """The SLOs to judge: the user's, and the default error budget unless they set ``error_rate``."""
+    return slos if any(s.key == "error_rate" for s in slos) else (*slos, DEFAULT_ERROR_SLO)

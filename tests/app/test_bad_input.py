@@ -5,6 +5,8 @@ directory and ``--out`` through ``app/targets.py``, check selections through ``j
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -104,8 +106,47 @@ def test_out_naming_a_file_is_refused(command, capsys, tmp_path):
     assert target.read_text() == "mine\n"
 
 
+@pytest.mark.parametrize("command", [["run", "-H", "gpu01"], ["analyze", str(FLEET)]], ids=["run", "analyze"])
+def test_out_that_cannot_be_created_is_refused_naming_it(command, capsys, tmp_path):
+    """Issue 26: an --out below a file (or on a file system that refuses it) ended in mkdir's
+    traceback after the run, with exit 1."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine\n")
+    target = a_file / "reports"
+    _refused([*command, "--out", str(target)], capsys, tmp_path,
+             f"--out: cannot create {target}: {a_file} is a file, not a directory")
+    _refused([*command, "--out", "/proc/preflight-reports"], capsys, tmp_path,
+             "--out: cannot create /proc/preflight-reports: No such file or directory")
+    assert a_file.read_text() == "mine\n"
+
+
+def test_out_checked_for_real_leaves_no_folder_behind(tmp_path):
+    deep = tmp_path / "a" / "b" / "c"
+    assert targets.unwritable_dir(deep) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_prometheus_path_that_is_a_directory_is_refused_before_the_run(capsys, tmp_path):
+    folder = tmp_path / "textfile"
+    folder.mkdir()
+    _refused(["analyze", str(FLEET), "--prometheus", str(folder)], capsys, tmp_path,
+             f"--prometheus: {folder} is a directory; name the file to write")
+    assert list(folder.iterdir()) == []
+
+
 @pytest.mark.parametrize(("selection", "message"), [("", "--checks: no check id given"),
                                                     (",", "--checks: no check id given"),
                                                     ("xid,xid", "--checks: xid named more than once")])
 def test_empty_or_duplicate_check_selections(selection, message, capsys, tmp_path):
     _refused(["analyze", str(FLEET), "--checks", selection], capsys, tmp_path, message)
+
+
+def test_a_bundle_whose_probes_are_objects_is_refused_naming_the_field(capsys, tmp_path):
+    """Issue 26: the real example bundle with its `probes` rewritten as objects ended in a TypeError."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(FLEET, bundle)
+    header = json.loads((bundle / "bundle.json").read_text())
+    header["probes"] = [{"id": p} for p in header["probes"]]
+    (bundle / "bundle.json").write_text(json.dumps(header))
+    _refused(["analyze", str(bundle)], capsys, tmp_path,
+             f"{bundle / 'bundle.json'}: field 'probes' must be a list of probe ids (strings), not dict")

@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -320,8 +321,9 @@ def test_probes_for_builds_the_nccl_probe_with_the_run_options():
     checks = [c for c in load_checks(use_entry_points=False) if c.id == "nccl-all-reduce"]
     opts = NcclOptions(reps=2, max_bytes=1 << 20, timeout_s=60, tests_dir="/opt/nccl tests; reboot")
     [probe] = probes_for(checks, {PROBE_ID: opts})
-    assert probe.argv[-6:] == ("2", "1048576", "60", "/opt/nccl tests; reboot", "5", FALLBACK_SOURCE)
-    assert probe.timeout_s == probe_timeout(opts) == 2 * (60 + 10 + 5) + 210 and probe.active
+    assert probe.argv[-8:] == ("2", "1048576", "60", "/opt/nccl tests; reboot", "5", FALLBACK_SOURCE, "30", "120")
+    # The setup's limits are the run's --timeout (default 30 s) and 4 x it for the torch import.
+    assert probe.timeout_s == probe_timeout(opts) == 2 * (60 + 10 + 5) + (30 + 120 + 2 * 5 + 30) and probe.active
     # The options travel quoted: the remote command line splits back into the same argv.
     assert shlex.split(remote_command(probe.argv, probe.timeout_s))[4:] == list(probe.argv)
     assert PROBES[PROBE_ID].argv == probe.argv[:4]
@@ -335,9 +337,13 @@ def test_cli_passes_the_active_test_options_and_quick_leaves_them_out(tmp_path, 
     assert main(argv + ["--nccl-reps", "3", "--nccl-max-bytes", "512M", "--nccl-timeout", "90",
                         "--nccl-tests-dir", "/opt/nccl-tests/build"]) == 0
     nccl = next(p for p in seen[0] if p.id == PROBE_ID)
-    assert nccl.argv[-6:-1] == ("3", str(512 << 20), "90", "/opt/nccl-tests/build", "5")
+    assert nccl.argv[-8:-3] == ("3", str(512 << 20), "90", "/opt/nccl-tests/build", "5")
+    # No inner limit of the script is fixed: --timeout bounds its nvidia-smi -L and torch import.
+    assert main(argv + ["--timeout", "10"]) == 0
+    nccl = next(p for p in seen[1] if p.id == PROBE_ID)
+    assert nccl.argv[-2:] == ("10", "40") and nccl.timeout_s == 5 * (300 + 10 + 5) + (10 + 40 + 2 * 5 + 30)
     assert main(argv + ["--quick"]) == 0
-    assert [p.id for p in seen[1]] == ["nvidia-smi-q-x", "nvidia-smi-q"]
+    assert [p.id for p in seen[2]] == ["nvidia-smi-q-x", "nvidia-smi-q"]
 
 
 def test_cli_refuses_a_bad_size_naming_the_option(tmp_path, capsys):
@@ -428,6 +434,17 @@ def test_probe_script_falls_back_to_torch_then_to_127(tmp_path):
     assert proc.stderr == "all_reduce_perf not found (in PATH) and python3 cannot import torch\n"
     (bin_dir / "nvidia-smi").unlink()
     assert _run_probe(bin_dir, NcclOptions(reps=1, timeout_s=5)).returncode == 127
+
+
+def test_probe_script_waits_for_a_hung_nvidia_smi_only_as_long_as_the_runs_timeout(tmp_path):
+    """Issue 26: the script's `nvidia-smi -L` ran under a fixed 60 s limit whatever --timeout was."""
+    bin_dir = _bin(tmp_path)
+    _script(bin_dir / "nvidia-smi", "sleep 30")
+    started = time.monotonic()
+    proc = _run_probe(bin_dir, NcclOptions(reps=1, timeout_s=5, setup_timeout_s=1))
+    assert time.monotonic() - started < 5
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == "nvidia-smi -L did not answer within 1 s: cannot count the GPUs\n"
 
 
 # ------------------------------------------------------------ no result is not a hang (issue 15)

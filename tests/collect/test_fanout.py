@@ -10,11 +10,11 @@ from preflight.collect.fanout import ExecPlan, run_node
 from preflight.collect.local import LocalNode
 from preflight.collect.probe import Probe
 from preflight.model import ProbeResult
-from preflight.node.schedule import NodeSchedule
+from preflight.node.schedule import NodeSchedule, hung_tool_of
 
 
-def probe(pid: str, script: str, tool: str, active: bool = False) -> Probe:
-    return Probe(pid, ("sh", "-c", script), pid, tool, active=active)
+def probe(pid: str, script: str, tool: str, active: bool = False, calls: tuple[str, ...] = ()) -> Probe:
+    return Probe(pid, ("sh", "-c", script), pid, tool, calls=calls, active=active)
 
 
 def result(p: Probe, timed_out=False, error=None) -> ProbeResult:
@@ -29,7 +29,41 @@ def test_after_a_hang_the_tools_other_probes_are_passed_over_with_the_reason():
     s.finished(a, result(a, timed_out=True), connected=True)
     nxt, skipped = s.next()
     assert nxt is c
-    assert skipped == [(b, "not run: nvidia-smi hung on this node (sh -c x stopped after 3 s)")]
+    assert skipped == [(b, "not run: nvidia-smi hung in a on this node (sh -c x stopped after 3 s)")]
+
+
+def test_a_hung_tool_passes_over_every_later_probe_whose_script_calls_it():
+    """Issue 26: the all_reduce probe's script counts GPUs with nvidia-smi; once nvidia-smi hung
+    on the node, the probe is passed over, naming the tool and the probe it hung in, instead of
+    waiting for nvidia-smi again. A probe that calls other tools only is still run."""
+    smi = probe("nvidia-smi-q-x", "x", "nvidia-smi")
+    bench = probe("nccl-all-reduce", "x", "all_reduce_perf", active=True, calls=("nvidia-smi", "python3"))
+    dcgm = probe("dcgmi-diag", "x", "dcgmi", active=True)
+    s = NodeSchedule([smi, dcgm, bench], deadline=float("inf"))
+    assert s.next() == (smi, [])
+    s.finished(smi, result(smi, timed_out=True), connected=True)
+    assert s.next() == (dcgm, [])
+    s.finished(dcgm, result(dcgm), connected=True)
+    why = "not run: nvidia-smi hung in nvidia-smi-q-x on this node (sh -c x stopped after 3 s)"
+    assert s.next() == (None, [(bench, why)])
+    assert hung_tool_of(why) == "nvidia-smi"
+
+
+def test_a_timeout_blames_the_probes_own_tool_not_the_ones_its_script_also_calls():
+    bench = probe("nccl-all-reduce", "x", "all_reduce_perf", calls=("nvidia-smi",))
+    smi = probe("nvidia-smi-q", "x", "nvidia-smi")
+    s = NodeSchedule([bench, smi], deadline=float("inf"))
+    assert s.next() == (bench, [])
+    s.finished(bench, result(bench, timed_out=True), connected=True)
+    assert s.next() == (smi, [])
+    assert set(s.hung) == {"all_reduce_perf"}
+
+
+def test_only_a_hang_reads_as_a_hung_tool():
+    assert hung_tool_of("not run: nvidia-smi hung on this node (nvidia-smi -q stopped after 10 s)") == "nvidia-smi"
+    for other in (None, "", "not run: the node's deadline passed (--node-timeout)",
+                  "connection lost: ssh channel failed: EOF", "ssh: connect to host gpu01 port 22: hung in x"):
+        assert hung_tool_of(other) is None
 
 
 def test_past_the_deadline_or_after_the_connection_died_nothing_more_starts():
@@ -58,8 +92,8 @@ def test_a_hung_tool_costs_one_timeout_on_a_real_node():
     by = {r.probe: r for r in got}
     assert len(got) == 5 and elapsed < 4, elapsed  # one timeout, not three
     assert by["smi-1"].timed_out and by["smi-1"].exit_code is None
-    assert by["smi-2"].error == by["smi-3"].error == "not run: nvidia-smi hung on this node (sh -c sleep 60 " \
-                                                     f"stopped after {by['smi-1'].duration_s:g} s)"
+    assert by["smi-2"].error == by["smi-3"].error == "not run: nvidia-smi hung in smi-1 on this node (sh -c " \
+                                                     f"sleep 60 stopped after {by['smi-1'].duration_s:g} s)"
     assert by["log"].stdout == b"ok\n" and by["bench"].stdout == b"bench\n"
     assert [r.probe for r in got][-1] == "bench"  # active probes run last, alone
 

@@ -66,6 +66,11 @@ def test_hand_made_bundle_with_bare_txt_files(tmp_path):
     (json.dumps({"format": "other/9", "hosts": []}), "field 'format' is 'other/9'"),
     (json.dumps({"format": FORMAT, "hosts": "gpu01"}), "field 'hosts' must be a list"),
     (json.dumps({"format": FORMAT, "hosts": ["../etc"]}), "cannot be used as a file name"),
+    # Issue 26: objects where names belong crashed the judge (unhashable dict).
+    (json.dumps({"format": FORMAT, "hosts": [], "probes": [{"id": "nvidia-smi-q-x"}]}),
+     "field 'probes' must be a list of probe ids \\(strings\\), not dict {\"id\": \"nvidia-smi-q-x\"}"),
+    (json.dumps({"format": FORMAT, "hosts": [], "probes": "nvidia-smi-q-x"}), "field 'probes' must be a list"),
+    (json.dumps({"format": FORMAT, "hosts": [], "checks": [["xid"]]}), "field 'checks' must be a list of check ids"),
 ])
 def test_bad_bundles_say_what_is_wrong(tmp_path, header, message):
     if header is not None:

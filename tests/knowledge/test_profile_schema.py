@@ -61,3 +61,29 @@ def test_analyze_refuses_it_with_exit_2_and_writes_nothing(tmp_path, capsys):
 def test_a_sites_own_section_is_kept(tmp_path):
     profile = load_profile_file(_site(tmp_path, site={"rack": "A7"}))
     assert profile.get("site.rack") == "A7"
+
+
+# Issue 26: a profile naming a NIC policy that is missing or broken was accepted at load and
+# every host it judged got an ERROR from nic-firmware instead; now the profile is refused.
+@pytest.mark.parametrize(("policy", "said"), [
+    (None, "policy.yaml: cannot read (No such file or directory)"),
+    ("pins: [\n", "policy.yaml:2: invalid YAML"),
+    ('pins:\n  - {family: ConnectX-99, version: "1.2.3"}\n', "unknown adapter family 'ConnectX-99'"),
+])
+def test_a_profile_whose_policy_file_is_missing_or_broken_is_refused_naming_both(tmp_path, capsys, policy, said):
+    site = _site(tmp_path, nic__policy_file="policy.yaml")
+    if policy is not None:
+        (tmp_path / "policy.yaml").write_text(policy)
+    with pytest.raises(ProfileError) as exc:
+        load_profile_file(site)
+    assert str(exc.value).startswith(f"{site}: field 'nic.policy_file' (policy.yaml): {tmp_path / 'policy.yaml'}")
+    assert said in str(exc.value)
+    out = tmp_path / "out"
+    assert main(["analyze", str(FLEET), "--profile-file", str(site), "--out", str(out), "-q"]) == 2
+    assert f"{site}: field 'nic.policy_file'" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_profile_whose_policy_file_reads_is_loaded(tmp_path):
+    site = _site(tmp_path, nic__policy_file="policy.yaml")
+    (tmp_path / "policy.yaml").write_text('pins:\n  - {family: ConnectX-7, version: "28.46.1006"}\n')
+    assert load_profile_file(site).get("nic.policy_file") == "policy.yaml"

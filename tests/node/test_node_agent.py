@@ -174,10 +174,11 @@ def test_vllm_engine_whose_server_cannot_start_fails_the_agent(tmp_path):
 
 def test_serving_engines_need_their_files_beside_the_agent(tmp_path):
     # The agent's own modules, without the vllm and endpoint engines' files.
-    for name in ("agent.py", "records.py", "sampler.py", "burn.py", "ib_snapshots.py"):
+    for name in ("agent.py", "agent_options.py", "records.py", "sampler.py", "burn.py", "ib_snapshots.py"):
         shutil.copy(AGENT.with_name(name), tmp_path / name)
     proc = subprocess.run([sys.executable, str(tmp_path / "agent.py"), "--out", str(tmp_path / "soak"), "--engine",
                            "endpoint", "--endpoint", "http://127.0.0.1:8000"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and not (tmp_path / "soak").exists()
-    assert ("vllm_engine.py, vllm_log.py, loadgen.py, loadgen_bench.py, loadgen_http.py and loadgen_windows.py "
+    assert ("vllm_engine.py, vllm_log.py, loadgen.py, loadgen_config.py, loadgen_bench.py, loadgen_http.py and "
+            "loadgen_windows.py "
             f"not found beside the agent in {tmp_path}") in proc.stderr

@@ -41,10 +41,15 @@ def test_a_damaged_line_is_dropped_and_its_record_stays_incomplete():
 
 
 def _plan() -> ExecPlan:
-    sh = lambda pid, script, tool, active=False: Probe(pid, ("sh", "-c", script), pid, tool, active=active)  # noqa: E731
+    def sh(pid, script, tool, active=False, calls=()):
+        return Probe(pid, ("sh", "-c", script), pid, tool, calls=calls, active=active)
+
     return ExecPlan((sh("smi-1", "sleep 30", "nvidia-smi"), sh("smi-2", "echo never", "nvidia-smi"),
                      sh("log", "printf 'a\\0b'", "dmesg"), sh("missing", "exit 127", "ibstat"),
-                     sh("bench", "echo bench", "all_reduce_perf", active=True)), timeout_s=1.0, per_node=1)
+                     sh("bench", "echo bench", "all_reduce_perf", active=True),
+                     # its script would call the hung nvidia-smi again: passed over on the node too
+                     sh("smi-bench", "echo never", "all_reduce_perf", active=True, calls=("nvidia-smi",))),
+                    timeout_s=1.0, per_node=1)
 
 
 def _decode(text: str) -> list[tuple[str, int, dict, bytes]]:
@@ -60,10 +65,11 @@ def test_the_runner_applies_the_ssh_paths_schedule_on_its_node(monkeypatch):
     recs = _decode(out.getvalue())
     assert {n for n, _, _, _ in recs} == {"gpu07"}
     kinds = [h["kind"] for _, _, h, _ in recs]
-    assert kinds[0] == "hello" and kinds[-1] == "end" and kinds.count("result") == 5
+    assert kinds[0] == "hello" and kinds[-1] == "end" and kinds.count("result") == 6
     by = {h["probe"]: (h, p) for _, _, h, p in recs if h["kind"] == "result"}
     assert by["smi-1"][0]["timed_out"] and by["smi-1"][0]["exit_code"] is None
-    assert by["smi-2"][0]["error"].startswith("not run: nvidia-smi hung on this node (sh -c sleep 30 stopped after")
+    assert by["smi-2"][0]["error"].startswith("not run: nvidia-smi hung in smi-1 on this node (sh -c sleep 30 stopped")
+    assert by["smi-bench"][0]["error"].startswith("not run: nvidia-smi hung in smi-1 on this node")
     assert by["log"][1] == b"a\0b" and by["log"][0]["exit_code"] == 0  # stdout byte for byte
     assert by["missing"][0]["exit_code"] == 127
     assert by["bench"][1] == b"bench\n"  # the active probe runs after the static ones
@@ -76,7 +82,8 @@ def test_the_shipped_runner_needs_nothing_of_preflight_on_the_node(tmp_path):
     assert proc.returncode == 0, proc.stderr
     recs = _decode(proc.stdout.decode())
     assert [h["kind"] for _, _, h, _ in recs][::len(recs) - 1] == ["hello", "end"]
-    assert {h.get("probe") for _, _, h, _ in recs if h["kind"] == "result"} == {"smi-1", "smi-2", "log", "missing", "bench"}
+    assert {h.get("probe") for _, _, h, _ in recs if h["kind"] == "result"} == {"smi-1", "smi-2", "log", "missing", "bench",
+                                                                                    "smi-bench"}
 
 
 def test_the_runner_stamps_times_as_the_controller_does():

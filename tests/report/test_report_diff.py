@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from derived import h200_node_xml, with_gpu_values
@@ -153,3 +154,40 @@ def test_cli_diff_and_baseline(tmp_path, capsys):
     assert main(["analyze", str(after), "--out", str(tmp_path / "r3"), "-q", "--baseline", str(tmp_path)]) == 2
     assert "--baseline:" in capsys.readouterr().err and not (tmp_path / "r3").exists()
     assert main(["diff", str(old_run), str(tmp_path / "nope")]) == 2
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def fleet_and_soak(tmp_path_factory):
+    """The reports of the two real examples: the H200 fleet bundle and the H200 soak."""
+    out = tmp_path_factory.mktemp("kinds")
+    assert main(["analyze", str(REPO / "examples" / "h200-fleet"), "--out", str(out / "fleet"), "-q", "--no-html"]) \
+        in (0, 1)
+    assert main(["analyze", str(REPO / "examples" / "h200-soak"), "--out", str(out / "soak"), "-q", "--no-html"]) == 0
+    [fleet] = (out / "fleet").glob("*/report.json")
+    [soak] = (out / "soak").glob("*/report.json")
+    return fleet, soak
+
+
+def test_a_fleet_run_and_a_soak_are_not_compared(fleet_and_soak, capsys):
+    """Issue 26: `diff` listed every check of each as new or gone, as if one run had changed."""
+    fleet, soak = fleet_and_soak
+    assert main(["diff", str(fleet), str(soak)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{fleet} is a fleet run" in err and f"{soak} is a soak" in err and "they share no check" in err
+    assert main(["diff", str(soak), str(fleet)]) == 2
+    assert main(["diff", str(soak), str(soak)]) == 0 and main(["diff", str(fleet), str(fleet)]) == 0
+
+
+def test_a_soak_is_not_the_baseline_of_a_fleet_run(fleet_and_soak, capsys, tmp_path):
+    fleet, soak = fleet_and_soak
+    out = tmp_path / "out"
+    assert main(["analyze", str(REPO / "examples" / "h200-fleet"), "--baseline", str(soak), "--out", str(out),
+                 "-q"]) == 2
+    assert "--baseline: " in capsys.readouterr().err and not out.exists()
+    assert main(["analyze", str(REPO / "examples" / "h200-soak"), "--baseline", str(fleet), "--out", str(out),
+                 "-q"]) == 2
+    assert main(["analyze", str(REPO / "examples" / "h200-soak"), "--baseline", str(soak), "--out", str(out),
+                 "-q", "--no-html"]) == 0

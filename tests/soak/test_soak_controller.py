@@ -44,8 +44,8 @@ from preflight.soak.plan import SoakPlan
 from preflight.soak.ship import _START, NODE_FILES, agent_bundle
 
 NODE = AGENT.parent
-SHIPPED = ["agent.py", "records.py", "sampler.py", "burn.py", "ib_snapshots.py", "vllm_engine.py", "vllm_log.py",
-           "loadgen.py", "loadgen_bench.py", "loadgen_http.py", "loadgen_windows.py"]
+SHIPPED = ["agent.py", "agent_options.py", "records.py", "sampler.py", "burn.py", "ib_snapshots.py", "vllm_engine.py",
+           "vllm_log.py", "loadgen.py", "loadgen_config.py", "loadgen_bench.py", "loadgen_http.py", "loadgen_windows.py"]
 
 
 def local_plan(tmp_path: Path, seconds: float, run_id: str = "run1") -> SoakPlan:

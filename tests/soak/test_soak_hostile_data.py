@@ -6,6 +6,7 @@ its telemetry edited as a corrupt file or a broken converter would leave it."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,12 @@ def _edit_cell(soak: Path, line: int, column: str, value: str) -> None:
     ("utilization_pct", "250", "250 is outside what a reading can be (0 to 100)"),
     ("gpu", "1e20", "1e+20 is outside what a reading can be (0 to 4095)"),
     ("time", "inf", "inf is not a finite number"),
+    # Issue 26: these two ended in pandas' IntCastingNaNError; the huge one printed numpy's
+    # "invalid value encountered in cast" and was judged on wrapped bits.
+    ("clocks_event_reasons", "inf", "inf is not a bitmask (not a finite number)"),
+    ("clocks_event_reasons", "-Infinity", "-inf is not a bitmask (not a finite number)"),
+    ("clocks_event_reasons", "1e30", "1e+30 sets bits no reading has (above 2**53"),
+    ("clocks_event_reasons", "0xFFFFFFFFFFFFFFFF", "'0xFFFFFFFFFFFFFFFF' sets bits no reading has"),
 ])
 def test_non_finite_or_impossible_values_are_refused_with_their_line(soak, tmp_path, capsys, column, value, said):
     _edit_cell(soak, 40, column, value)
@@ -40,6 +47,18 @@ def test_non_finite_or_impossible_values_are_refused_with_their_line(soak, tmp_p
     assert str(exc.value).startswith(f"{soak / 'telemetry.csv'}:40: {column}: ") and said in str(exc.value)
     assert main(["analyze", str(soak), "--out", str(tmp_path / "out"), "-q"]) == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_the_largest_bitmask_read_is_judged_without_warning_noise(soak, tmp_path, capsys):
+    """An unknown bit as high as the reader holds exactly is reported as itself, with no numpy warning."""
+    _edit_cell(soak, 40, "clocks_event_reasons", str(2**53 - 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["analyze", str(soak), "--out", str(tmp_path / "out"), "-q"]) in (0, 1)
+    assert "Warning" not in capsys.readouterr().err
+    [report] = (tmp_path / "out").glob("*/report.json")
+    seen = json.loads(report.read_text())["soak"]["vm"]["throttle_reasons_seen"]
+    assert "unknown_bit_0x10000000000000" in seen, seen
 
 
 def test_a_telemetry_file_that_is_not_utf8(soak):
@@ -81,3 +100,92 @@ def test_report_json_of_an_odd_soak_is_strict_json(soak, tmp_path):
     assert main(["analyze", str(soak), "--out", str(tmp_path / "out"), "-q", "--no-html"]) == 0
     text = next((tmp_path / "out").glob("*/report.json")).read_text()
     json.loads(text, parse_constant=lambda c: pytest.fail(f"report.json holds {c}"))
+
+
+# Issue 26: the reader noted these in report.json's soak_notes only, and the soak-telemetry
+# verdict read as if nothing had happened.
+
+def _telemetry_finding(soak: Path, tmp_path: Path) -> dict:
+    out = tmp_path / "out"
+    main(["analyze", str(soak), "--out", str(out), "-q", "--no-html"])
+    [report] = out.glob("*/report.json")
+    return next(f for f in json.loads(report.read_text())["findings"] if f["check"] == "soak-telemetry")
+
+
+def test_a_clock_that_steps_back_is_said_in_the_telemetry_verdict(soak, tmp_path):
+    """The real 5-minute soak with the node's clock stepped back 10 s at line 201 (every later
+    row's time 10 s lower, as an NTP step would leave them)."""
+    path = soak / "telemetry.csv"
+    lines = path.read_text().split("\n")
+    for i in range(200, len(lines)):
+        if lines[i]:
+            t, rest = lines[i].split(",", 1)
+            lines[i] = f"{float(t) - 10:.3f},{rest}"
+    path.write_text("\n".join(lines))
+    finding = _telemetry_finding(soak, tmp_path)
+    assert finding["status"] == "pass"
+    # 9 s back: the 10 s step less the 1 s between the two samples.
+    assert ("time went back 1 time on GPU 0 (up to 9.0 s, first at telemetry.csv:201): rows sorted by time, "
+            "so what was measured across a step is uncertain") in finding["summary"], finding["summary"]
+    assert finding["data"]["time_steps_back"] == {"0": 1}
+
+
+def test_a_gpu_that_first_appears_halfway_is_judged_on_its_own_coverage(soak, tmp_path):
+    """The real soak's second half of rows repeated as GPU 1: GPU 1 joined 150 s into a 300 s soak."""
+    path = soak / "telemetry.csv"
+    lines = path.read_text().rstrip("\n").split("\n")
+    late = [ln.replace(",vm,0,", ",vm,1,", 1) for ln in lines[151:]]
+    path.write_text("\n".join(lines + late) + "\n")
+    finding = _telemetry_finding(soak, tmp_path)
+    assert finding["status"] == "error" and finding["symptoms"] == ["soak-incomplete"]
+    assert finding["summary"].startswith("soak incomplete on a GPU: GPU 1 first sampled at +2.5 min, so it covered "
+                                         "2.5 min of the planned 5.0 min"), finding["summary"]
+    assert list(finding["data"]["gpus_incomplete"]) == ["1"]
+
+
+def test_unknown_extra_fields_are_named_once(soak):
+    meta = json.loads((soak / "soak.json").read_text())
+    meta["site_rack"] = "r12"
+    (soak / "soak.json").write_text(json.dumps(meta))
+    for name, column in (("telemetry.csv", "fan_speed_pct"), ("throughput.csv", "batch_id")):
+        path = soak / name
+        lines = path.read_text().split("\n")
+        lines = [lines[0] + f",{column}"] + [ln + ",1" if ln else ln for ln in lines[1:]]
+        path.write_text("\n".join(lines))
+    notes = read_soak(soak).notes
+    named = [n for n in notes if "kept but not read" in n]
+    assert named == [
+        "soak.json: fields not in preflight-soak/1 or preflight's writers, kept but not read (a newer writer's?): "
+        "site_rack",
+        "telemetry.csv: columns not in preflight-soak/1 or preflight's writers, kept but not read (a newer "
+        "writer's?): fan_speed_pct",
+        "throughput.csv: columns not in preflight-soak/1 or preflight's writers, kept but not read (a newer "
+        "writer's?): batch_id",
+    ], notes
+
+
+def test_the_soaks_notes_reach_report_md(soak, tmp_path):
+    meta = json.loads((soak / "soak.json").read_text())
+    meta["site_rack"] = "r12"
+    (soak / "soak.json").write_text(json.dumps(meta))
+    out = tmp_path / "out"
+    assert main(["analyze", str(soak), "--out", str(out), "-q", "--no-html"]) == 0
+    [md] = out.glob("*/report.md")
+    text = md.read_text()
+    assert "## Notes on the soak data" in text and "kept but not read (a newer writer's?): site_rack" in text
+
+
+def test_a_clock_step_that_shortens_the_span_is_named_in_the_incomplete_verdict(soak, tmp_path):
+    """The real soak's clock stepped back 60 s at line 201: the samples span 4 minutes of a
+    5-minute plan, and the verdict says why the span may be short."""
+    path = soak / "telemetry.csv"
+    lines = path.read_text().split("\n")
+    for i in range(200, len(lines)):
+        if lines[i]:
+            t, rest = lines[i].split(",", 1)
+            lines[i] = f"{float(t) - 60:.3f},{rest}"
+    path.write_text("\n".join(lines))
+    finding = _telemetry_finding(soak, tmp_path)
+    assert finding["status"] == "error" and finding["symptoms"] == ["soak-incomplete"]
+    assert "the node's clock went back 59.0 s during the soak, so the span of its samples may understate" \
+        in finding["summary"], finding["summary"]

@@ -5,6 +5,7 @@ windows' TTFT p99 were 299, 353, 570, 491, 543, 645, 332, 816 and 1403 ms."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from preflight.app.cli import main
@@ -98,3 +99,60 @@ def test_a_latency_drift_with_falling_clocks_is_the_gpus():
     v = _drift_on_gpu_telemetry(0.8)
     assert v.symptoms == ("latency-drift",)
     assert "the GPUs slowed (loaded SM clock 1448 MHz at first, 1152 MHz at the end, -20.4%" in v.summary
+
+
+def _failing(tmp_path: Path, per_window: int = 2) -> Path:
+    """The real soak with ``per_window`` failed requests in each of its 9 windows (its `errors`
+    rows, all 0 in the capture, rewritten; ~96 requests ended per window, so 2 is ~2 %)."""
+    soak = tmp_path / "failing"
+    shutil.copytree(REAL, soak)
+    path = soak / "throughput.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    rewritten = [ln.replace(",errors,0,", f",errors,{per_window},") for ln in lines]
+    assert sum(a != b for a, b in zip(lines, rewritten, strict=True)) == 9
+    path.write_text("".join(rewritten))
+    return soak
+
+
+def test_failed_requests_are_a_finding_without_an_slo(tmp_path):
+    """Issue 26: 2 % of the requests failing, with no --slo given, passed the latency check with no word."""
+    data = read_soak(_failing(tmp_path))
+    v = latency("vm", data.throughput[data.throughput["host"] == "vm"], (), 0.05)
+    assert v.status is Status.FAIL and "slo-violated" in v.symptoms
+    # The capture's windows are 10 s long: a window's rate is its 2 errors over the requests it
+    # completed (requests_per_s x 10 s) plus those 2.
+    rps = data.throughput[data.throughput["metric"] == "requests_per_s"]["value"]
+    worst, total = 2 / (rps.min() * 10 + 2), 18 / ((rps * 10).sum() + 18)
+    assert (f"error_rate=0.1% (default) broken in 9 of 9 windows (100%; allowed 5%), worst {worst:.2%} at +") \
+        in v.summary and "(no --slo error_rate= given: the default error budget)" in v.summary
+    assert f"18 request(s) failed or timed out ({total:.2%} of those that ended; error_rate 0.10% per window " \
+           "allowed, the default error budget, --slo error_rate= sets another)" in v.summary
+    assert v.data["error_budget"] == {"error_rate": 0.001, "default": True}
+
+
+def test_the_default_error_budget_is_replaced_by_the_users(tmp_path):
+    data = read_soak(_failing(tmp_path))
+    rows = data.throughput[data.throughput["host"] == "vm"]
+    v = latency("vm", rows, parse_slos(["error_rate=5%"]), 0.05)
+    assert "slo-violated" not in v.symptoms and "error_budget" not in v.data
+    assert "error_rate 5.00% per window allowed, --slo" in v.summary
+    assert v.data["slos"] == {"error_rate=5%": {"windows": 9, "broken": 0, "share": 0.0}}
+
+
+def test_a_soak_whose_requests_all_succeed_says_so_and_keeps_its_verdict():
+    v = _verdict()
+    assert v.status is Status.WARN and v.symptoms == ("latency-drift",)
+    assert "0 request(s) failed or timed out (0.00% of those that ended" in v.summary
+    assert "every SLO held" not in v.summary  # none was asked for
+
+
+def test_failed_requests_fail_the_soak_on_the_command_line(tmp_path):
+    soak = _failing(tmp_path)
+    assert main(["analyze", str(soak), "--out", str(tmp_path / "a"), "-q", "--no-html"]) == 1
+    [report] = (tmp_path / "a").glob("*/report.json")
+    finding = next(f for f in json.loads(report.read_text())["findings"] if f["check"] == "soak-latency")
+    assert finding["status"] == "fail" and "error_rate=0.1% (default)" in finding["summary"]
+    main(["analyze", str(soak), "--slo", "error_rate=5%", "--out", str(tmp_path / "b"), "-q", "--no-html"])
+    [report] = (tmp_path / "b").glob("*/report.json")
+    finding = next(f for f in json.loads(report.read_text())["findings"] if f["check"] == "soak-latency")
+    assert "slo-violated" not in finding["symptoms"], finding
