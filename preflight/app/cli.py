@@ -129,7 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="probe hosts, save the evidence, judge it, write reports")
+    run = sub.add_parser("run", help="probe hosts, save the evidence, judge it, write reports",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=options.examples(
+                             "preflight run --hosts hosts.txt",
+                             "preflight run -H gpu[001-016] --quick",
+                             "preflight run --slurm -w gpu[001-064] --partition gpu --time 20"))
     options.add_targets(run)
     options.add_ssh(run)
     run.add_argument("--parallel", type=_positive(int), default=64, help="hosts probed at once (default 64)")
@@ -151,7 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     _active_test_options(run)
     _slurm_options(run)
 
-    an = sub.add_parser("analyze", help="judge a saved bundle (or run directory) offline")
+    an = sub.add_parser("analyze", help="judge a saved bundle (or run directory) offline",
+                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=options.examples(
+                            "preflight analyze examples/h200-fleet",
+                            "preflight analyze reports/<run-id> --baseline reports/<earlier-run-id>",
+                            "preflight analyze reports/<soak-run-id> --slo ttft_p99=2s --slo tpot_p99=100ms"))
     an.add_argument("bundle", type=Path, help="a bundle directory, or a run directory holding bundle/")
     _common_analysis_options(an)
     soak_cli.add_slo_options(an.add_argument_group("a soak directory's serving SLOs"))
