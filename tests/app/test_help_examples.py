@@ -7,6 +7,7 @@ import shlex
 
 import pytest
 
+from preflight.app import soak_cli
 from preflight.app.cli import build_parser
 
 COMMANDS = ["run", "soak", "analyze", "history", "lifecycle"]
@@ -28,3 +29,5 @@ def test_help_ends_with_examples_the_parser_accepts(command):
         assert argv[:2] == ["preflight", command], line
         args = parser.parse_args(argv[1:])  # a bad option or value exits 2 here
         assert args.command == command
+        if command == "soak":
+            assert soak_cli.soak_seconds(args) > 0  # option combinations the soak refuses raise here
