@@ -77,7 +77,7 @@ def run_installed(site: Path, cwd: Path, *argv: str) -> subprocess.CompletedProc
 def test_the_installed_wheel_loads_its_own_checks_and_playbooks(installed, tmp_path):
     done = run_installed(installed, tmp_path, "checks")
     assert done.returncode == 0, done.stderr
-    assert "nvlink (host)" in done.stdout and "gpu-inventory (host)" in done.stdout
+    assert "nvlink\thost\t" in done.stdout and "gpu-inventory\thost\t" in done.stdout
     probe = subprocess.run([sys.executable, "-c", "import preflight.shipped as s; print(s.checks_dir()); "
                             "print(s.playbooks_dir())"], cwd=tmp_path, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(installed)})
@@ -100,7 +100,7 @@ def test_every_source_file_the_docs_name_exists():
 
     named = re.compile(r"(?<![\w/.-])((?:preflight|checks|tests|bench|playbooks|examples)/[\w/.-]+\.(?:py|sh|yaml|json|md))")
     missing = []
-    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "playbooks").rglob("*.yaml"))]:
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "playbooks").rglob("*.yaml"))]:
         for path in set(named.findall(doc.read_text())):
             if "*" not in path and "<" not in path and not (ROOT / path).exists():
                 missing.append(f"{doc.relative_to(ROOT)}: {path}")

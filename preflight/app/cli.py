@@ -9,6 +9,7 @@ written, with the file, line or option that is wrong.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import replace
@@ -25,6 +26,7 @@ from preflight.app import (
     drain_cli,
     healthcheck,
     lifecycle_cli,
+    listings,
     options,
     prolog,
     soak_cli,
@@ -46,10 +48,9 @@ from preflight.collect.slurm_job import expand as expand_nodes
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import load_knowledge
-from preflight.diagnose.explain import UnknownCause, explain, list_causes
+from preflight.diagnose.explain import UnknownCause, explain, find_cause, list_causes
 from preflight.evidence.bundle import new_run_id, read_bundle
 from preflight.evidence.merge import plan_merge, read_sources, write_merged
-from preflight.judge.facts import FACTS, probes_of
 from preflight.judge.figures import HISTORY_FACT
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.datafile import LONGEST_S, positive
@@ -60,6 +61,10 @@ from preflight.report.files import write_atomic, write_reports
 from preflight.report.history import digest as history_digest
 
 _positive = positive
+
+
+LISTING_NOTE = ("On a terminal, one entry per paragraph; piped, one record per line, tab-separated "
+                "and never wrapped; --json for every field.")
 
 
 def _size(text: str) -> int:
@@ -125,7 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="probe hosts, save the evidence, judge it, write reports")
+    run = sub.add_parser("run", help="probe hosts, save the evidence, judge it, write reports",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=options.examples(
+                             "preflight run --hosts hosts.txt",
+                             "preflight run -H gpu[001-016] --quick",
+                             "preflight run --slurm -w gpu[001-064] --partition gpu --time 20"))
     options.add_targets(run)
     options.add_ssh(run)
     run.add_argument("--parallel", type=_positive(int), default=64, help="hosts probed at once (default 64)")
@@ -147,7 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     _active_test_options(run)
     _slurm_options(run)
 
-    an = sub.add_parser("analyze", help="judge a saved bundle (or run directory) offline")
+    an = sub.add_parser("analyze", help="judge a saved bundle (or run directory) offline",
+                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=options.examples(
+                            "preflight analyze examples/h200-fleet",
+                            "preflight analyze reports/<run-id> --baseline reports/<earlier-run-id>",
+                            "preflight analyze reports/<soak-run-id> --slo ttft_p99=2s --slo tpot_p99=100ms"))
     an.add_argument("bundle", type=Path, help="a bundle directory, or a run directory holding bundle/")
     _common_analysis_options(an)
     soak_cli.add_slo_options(an.add_argument_group("a soak directory's serving SLOs"))
@@ -210,13 +223,21 @@ def build_parser() -> argparse.ArgumentParser:
     store_cli.add_parser(sub)
     lifecycle_cli.add_parser(sub)
 
-    ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need")
-    ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[])
-    sub.add_parser("facts", help="list the parsed facts a check can read, with their probes")
+    ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need",
+                        description=LISTING_NOTE)
+    ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[],
+                    help="also load checks from the *.py files in DIR (repeatable)")
+    ch.add_argument("--json", action="store_true", help="one JSON list of the checks")
+    fa = sub.add_parser("facts", help="list the parsed facts a check can read, with their probes",
+                        description=LISTING_NOTE)
+    fa.add_argument("--json", action="store_true", help="one JSON list of the facts")
 
     ex = sub.add_parser("explain", help="what a cause means, what points to it, what to do")
     ex.add_argument("cause", nargs="?", help="a cause id, e.g. nic-fw-driver-mismatch")
     ex.add_argument("--list", action="store_true", help="list every cause id with its title")
+    ex.add_argument("--json", action="store_true",
+                    help="the cause (or, with --list, every cause) as JSON: meaning, evidence, actions, "
+                         "references and what points to it")
 
     df = sub.add_parser("diff", help="what got worse or better between two runs (exit 1 if anything got worse)")
     df.add_argument("old", type=Path, help="the earlier run directory or its report.json")
@@ -259,23 +280,40 @@ def _load_profiles(args):
     return profiles
 
 
-def cmd_checks(args, console: Console) -> int:
-    for c in load_checks(args.checks_dir):
-        reads = (f"\n    facts: {', '.join(c.facts)}" if c.facts else "") + (
-            f"\n    probes: {', '.join(c.probes)}" if c.probes else "")
-        console.print(f"[bold]{c.id}[/] ({c.scope}) {c.summary}{reads}", highlight=False)
+def _listing(args, console: Console, records: list, plain: str, terminal_view) -> int:
+    """``--json``: the records; a terminal: ``terminal_view()``; a pipe: ``plain``, one record per
+    line, tab-separated, never wrapped (preflight.app.listings)."""
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(listings.as_json(records), indent=2) + "\n")
+    elif console.is_terminal:
+        terminal_view()
+    else:
+        sys.stdout.write(plain)
     return EXIT_OK
+
+
+def cmd_checks(args, console: Console) -> int:
+    records = listings.check_records(load_checks(args.checks_dir))
+
+    def view() -> None:
+        for c in records:
+            reads = (f"\n    facts: {', '.join(c.facts)}" if c.facts else "") + (
+                f"\n    probes: {', '.join(c.probes)}" if c.probes else "")
+            console.print(f"[bold]{c.id}[/] ({c.scope}) {c.summary}{reads}", highlight=False)
+
+    return _listing(args, console, records, listings.checks_tsv(records), view)
 
 
 def cmd_facts(args, console: Console) -> int:
     """The facts a check can name, each with the probes it is derived from."""
-    for name, fact in FACTS.items():
-        if name.endswith("_evidence"):
-            continue  # the (probe, record) pairs behind two public facts each
-        probes = [p for p in PROBES if p in probes_of([name])]
-        console.print(f"[bold]{name}[/] {fact.doc}\n    probes: {', '.join(probes) or '(none: the profile)'}",
-                      highlight=False)
-    return EXIT_OK
+    records = listings.fact_records()
+
+    def view() -> None:
+        for f in records:
+            console.print(f"[bold]{f.name}[/] {f.doc}\n    probes: {', '.join(f.probes) or '(none: the profile)'}",
+                          highlight=False)
+
+    return _listing(args, console, records, listings.facts_tsv(records), view)
 
 
 def run_request(args):
@@ -530,12 +568,20 @@ def cmd_prolog(args, console: Console) -> int:
 def cmd_explain(args, console: Console) -> int:
 
     kb = load_knowledge()
-    try:
-        text = explain(args.cause, kb) if args.cause and not args.list else list_causes(kb)
-    except UnknownCause as exc:
-        raise UsageError(str(exc)) from None
-    console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
-    return EXIT_OK
+    if args.cause and not args.list:
+        try:
+            cause = find_cause(args.cause, kb)
+        except UnknownCause as exc:
+            raise UsageError(str(exc)) from None
+        if args.json:
+            [record] = [r for r in listings.cause_records(kb) if r.id == cause.id]
+            sys.stdout.write(json.dumps(listings.as_json([record])[0], indent=2) + "\n")
+        else:
+            console.print(explain(cause.id, kb), end="", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_OK
+    records = listings.cause_records(kb)
+    return _listing(args, console, records, listings.causes_tsv(records),
+                    lambda: console.print(list_causes(kb), end="", markup=False, highlight=False, soft_wrap=True))
 
 
 def cmd_diff(args, console: Console) -> int:

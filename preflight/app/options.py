@@ -127,3 +127,9 @@ def pytest_flag(o: Option) -> str:
 
 def pytest_dest(o: Option) -> str:
     return "preflight_" + o.pytest_name.replace("-", "_")
+
+
+def examples(*lines: str) -> str:
+    """A subcommand's --help epilog (with RawDescriptionHelpFormatter): the command lines an
+    operator actually types, so --help ends where a new user starts."""
+    return "examples:\n" + "".join(f"  {line}\n" for line in lines)
