@@ -87,6 +87,10 @@ class HostContext:
             raise value
         return value
 
+    def derived(self) -> dict[str, tuple[bool, object]]:
+        """The facts derived so far: name -> (True, value) or (False, the EvidenceMissing)."""
+        return self.__dict__.setdefault("_derived", {})
+
     def optional(self, name: str):
         """A fact, or None when its evidence is missing."""
         try:

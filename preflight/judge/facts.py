@@ -110,20 +110,31 @@ def _strongest(failures: list[EvidenceMissing]) -> EvidenceMissing:
 # ---- GPUs ------------------------------------------------------------------------------
 
 @fact("smi_evidence", probes=("nvidia-smi-q-x", "nvidia-smi-q"))
-def _smi_evidence(ctx: HostContext) -> tuple[str, SmiReport]:
-    """(probe, SmiReport): the XML probe, else the text one; an XML that is there but
-    unreadable (cut mid-file) falls back to the text, its reason kept in the report's notes."""
+def _smi_evidence(ctx: HostContext) -> tuple[str, SmiReport, str | None]:
+    """(probe, SmiReport, what cut the XML short or None): the XML probe, else the text one. An
+    XML that is there but unreadable, or that broke off before its last GPU, gives way to a
+    whole text report when there is one, its reason kept in the report's notes; a cut XML with
+    no text to stand in is the report, holding the GPUs it showed (``SmiReport.cut``)."""
     probe, text = ctx.first_text("nvidia-smi-q-x", "nvidia-smi-q")
     if probe == "nvidia-smi-q":
-        return probe, _read(probe, text, nvidia_smi.parse_smi_text)
+        return probe, _read(probe, text, nvidia_smi.parse_smi_text), None
+    fallback = ctx.result("nvidia-smi-q")
     try:
-        return probe, _read(probe, text, nvidia_smi.parse_smi_xml)
+        report = _read(probe, text, nvidia_smi.parse_smi_xml)
     except EvidenceMissing as unreadable:
-        fallback = ctx.result("nvidia-smi-q")
         if fallback is None or not fallback.ok:
             raise
         report = _read("nvidia-smi-q", fallback.text, nvidia_smi.parse_smi_text)
-        return "nvidia-smi-q", replace(report, notes=report.notes + (f"{unreadable}; read nvidia-smi-q instead",))
+        return "nvidia-smi-q", replace(report, notes=report.notes + (f"{unreadable}; read nvidia-smi-q instead",)), None
+    if report.cut is None or fallback is None or not fallback.ok:
+        return probe, report, report.cut
+    try:
+        whole = _read("nvidia-smi-q", fallback.text, nvidia_smi.parse_smi_text)
+    except EvidenceMissing:
+        return probe, report, report.cut
+    if len(whole.gpus) <= len(report.gpus):
+        return probe, report, report.cut  # the text shows no more than the cut XML did
+    return "nvidia-smi-q", replace(whole, notes=whole.notes + (f"{report.cut}; read nvidia-smi-q instead",)), report.cut
 
 
 @fact("smi", needs=("smi_evidence",))
@@ -136,6 +147,13 @@ def _smi(ctx: HostContext) -> SmiReport:
 def _smi_probe(ctx: HostContext) -> str:
     """Which probe the ``smi`` fact came from, for evidence excerpts."""
     return ctx.smi_evidence[0]
+
+
+@fact("smi_cut", needs=("smi_evidence",))
+def _smi_cut(ctx: HostContext) -> str | None:
+    """What cut ``nvidia-smi -q -x`` short (the tool died mid-way, or the capture was cut), in
+    words, even when ``-q`` stood in for it; None when the XML was whole (or not the source)."""
+    return ctx.smi_evidence[2]
 
 
 @fact("topo", probes=("nvidia-smi-topo",))
@@ -178,7 +196,8 @@ def _gpu_census(ctx: HostContext) -> GpuCensus:
             failures.append(exc)
     if not readings:
         raise _strongest(failures)
-    return gpu_census(readings.get("smi_evidence"), readings.get("nvlink_status"),
+    smi = readings.get("smi_evidence")
+    return gpu_census(smi[:2] if smi else None, readings.get("nvlink_status"),
                       readings.get("topo"), readings.get("lspci"))
 
 

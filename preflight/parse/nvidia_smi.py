@@ -452,28 +452,56 @@ def _without_unread_sections(text: str) -> str:
     return "".join(kept)
 
 
-def _read_xml(text: str, notes: list[str]) -> ET.Element | None:
+@dataclass(frozen=True)
+class _Damage:
+    """Where a damaged XML broke off: the parser's error, and the elements that were closed."""
+
+    error: ET.ParseError
+    closed: frozenset[int]  # ids of the elements whose closing tag came
+
+
+def _read_xml(text: str, notes: list[str]) -> tuple[ET.Element | None, _Damage | None]:
     """The root element (``<nvidia_smi_log>`` for real output), or None when the text holds
-    no XML element at all.
+    no XML element at all, and the damage, if any.
 
     Parsed incrementally so that a truncated or corrupted capture still yields the elements
     read before the damage."""
     text = _DOCTYPE.sub("", text, count=1)
     try:
         # Whole output is the common case, and one pass over it costs half the pull parser.
-        return ET.fromstring(_without_unread_sections(text))
+        return ET.fromstring(_without_unread_sections(text)), None
     except ET.ParseError:
         pass
     # Damaged: read as it came, so the elements kept and the error's line and column are
     # those of the capture itself.
     events, error = pull_events(text, ("start", "end"))
-    root, closed = (events[0][1] if events else None), {id(e) for kind, e in events if kind == "end"}
-    if root is not None and error is not None:
-        for element in root.iter():
-            if id(element) not in closed and len(element) == 0:
-                element.text = None
-        notes.append(f"XML truncated or malformed ({error}); kept the elements read before it")
-    return root
+    root, closed = (events[0][1] if events else None), frozenset(id(e) for kind, e in events if kind == "end")
+    if root is None or error is None:
+        return root, None
+    for element in root.iter():
+        if id(element) not in closed and len(element) == 0:
+            element.text = None
+    notes.append(f"XML truncated or malformed ({error}); kept the elements read before it")
+    return root, _Damage(error, closed)
+
+
+def _cut(damage: _Damage, gpus: list[ET.Element], attached: object) -> str:
+    """What a damaged output showed and what it did not, in words: the GPUs whose section
+    closed, the one the damage fell inside, and how many its header counts that never came."""
+    whole = [g for g in gpus if id(g) in damage.closed]
+    inside = [g.get("id") or "?" for g in gpus if id(g) not in damage.closed]
+    line = damage.error.position[0] if damage.error.position else "?"
+    parts = [f"nvidia-smi -q -x output broken off at line {line}: the tool died mid-way or the capture was cut"]
+    parts.append(f"{len(whole)} GPU section(s) read whole")
+    if inside:
+        parts.append(f"GPU {inside[0]} only in part (its section was cut)")
+    if isinstance(attached, int):
+        never = attached - len(gpus)
+        if never > 0:
+            parts.append(f"{never} of the {attached} GPUs its header counts never shown")
+    else:
+        parts.append("the header's GPU count (attached_gpus) never came")
+    return "; ".join(parts)
 
 
 def _xml_value(index: dict[str, ET.Element], paths: tuple[str, ...]) -> str | None:
@@ -534,11 +562,12 @@ def parse_smi_xml(text: str) -> SmiReport:
     """Parse ``nvidia-smi -q -x`` output. Raises ParseError only when the text is no
     nvidia-smi output at all."""
     notes: list[str] = []
-    root = _read_xml(text, notes) if text.lstrip().startswith("<") else None
+    root, damage = _read_xml(text, notes) if text.lstrip().startswith("<") else (None, None)
     if root is None or root.tag != "nvidia_smi_log":
         raise _not_smi(text, "nvidia-smi -q -x")
     gpus = []
-    for index, gpu in enumerate(root.findall("gpu")):
+    elements = root.findall("gpu")
+    for index, gpu in enumerate(elements):
         reasons = gpu.find("clocks_event_reasons")
         if reasons is None:
             reasons = gpu.find("clocks_throttle_reasons")
@@ -555,14 +584,13 @@ def parse_smi_xml(text: str) -> SmiReport:
         )
     top = _top_index(root)
     header = _Reader("report", notes).fields(_REPORT_FIELDS, lambda f: _xml_value(top, f.xml))
-    attached = header["attached_gpus"]
-    cut = any(n.startswith("XML truncated") for n in notes)
-    if cut and isinstance(attached, int) and attached > len(gpus):
-        # The file was cut before the GPUs its own header counts: what is missing is the file's
-        # end, not GPUs, so no verdict on the GPU count (or on the GPUs never read) is possible.
-        raise ParseError(f"nvidia-smi -q -x output cut off: its attached_gpus says {attached}, "
-                         f"{len(gpus)} GPU element(s) read before the XML ends")
-    return _report(header, gpus, notes, headed=True)
+    if damage is None:
+        return _report(header, gpus, notes, headed=True)
+    # What is missing is the file's end, not GPUs: the report holds the GPUs read (one perhaps
+    # in part) and says which were not, so no check passes a GPU it never saw and the GPU
+    # count is taken from another view of the node.
+    return SmiReport(gpus=tuple(gpus), notes=tuple(notes), cut=_cut(damage, elements, header["attached_gpus"]),
+                     **header)
 
 
 # --- Text ----------------------------------------------------------------------------------

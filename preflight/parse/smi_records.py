@@ -171,3 +171,6 @@ class SmiReport:
     attached_gpus: int | None = None
     gpus: tuple[GpuInfo, ...] = ()
     notes: tuple[str, ...] = ()
+    # Set when the output ends (or breaks) before its last GPU was shown: what was read, and
+    # what was not. Such a report judges the GPUs it holds and passes none it lacks.
+    cut: str | None = None

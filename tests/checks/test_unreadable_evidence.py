@@ -12,6 +12,7 @@ import random
 import re
 from pathlib import Path
 
+import pytest
 from ctx import make_host, result, run_check
 
 from preflight.model import Status
@@ -70,17 +71,67 @@ def _cut_xml() -> str:
     return xml[: second_gpu + 500]
 
 
-def test_an_xml_cut_mid_file_is_unreadable_not_missing_gpus():
+def test_an_xml_cut_mid_file_with_no_other_count_is_an_error_not_missing_gpus():
     probes = _node(nvidia_smi_q_x=_cut_xml())
     del probes["nvidia-smi-q"]
     [f] = run_check("gpu-inventory", make_host(probes, "hgx-h200"))
-    assert f.status is Status.ERROR and "gpu-missing" not in f.symptoms
-    assert "its attached_gpus says 8, 2 GPU element(s) read" in f.summary
+    assert f.status is Status.ERROR and "gpu-missing" not in f.symptoms and "probe-truncated" in f.symptoms
+    assert "1 GPU section(s) read whole; GPU 00000000:2A:00.0 only in part" in f.summary
+    assert "6 of the 8 GPUs its header counts never shown" in f.summary
 
 
-def test_an_xml_cut_mid_file_falls_back_to_the_text_report():
+def test_an_xml_cut_mid_file_falls_back_to_the_text_report_and_says_so():
     [f] = run_check("gpu-inventory", make_host(_node(nvidia_smi_q_x=_cut_xml()), "hgx-h200"))
-    assert f.status is Status.PASS and "8" in f.summary
+    assert f.status is Status.WARN and f.summary.startswith("8 x NVIDIA H200")
+    assert "probe-truncated" in f.symptoms and "read nvidia-smi -q instead" in f.summary
+
+
+def _cuts() -> dict[str, str]:
+    # gpu001's 8-GPU XML (tests/derived.py from the real H200 capture) cut where a dying
+    # nvidia-smi or a cut capture leaves it: after GPU 2 of 8, inside GPU 0, before any <gpu>.
+    xml = _out("nvidia-smi-q-x")
+    starts = [m.start() for m in re.finditer("<gpu id=", xml)]
+    return {"after GPU 2 of 8": xml[:starts[2]], "inside GPU 0": xml[:xml.index("</product_name>") + 40],
+            "before the first GPU": xml[:starts[0]]}
+
+
+CUT_NEVER_SHOWN = {"after GPU 2 of 8": "6 of the 8", "inside GPU 0": "7 of the 8", "before the first GPU": "8 of the 8"}
+
+
+@pytest.mark.parametrize("where", sorted(CUT_NEVER_SHOWN))
+def test_a_cut_xml_never_passes_the_gpus_it_did_not_show(where):
+    # Other probes (nvlink --status, topo -m, lspci) count 8: no gpu-missing, no PASS either.
+    probes = {**_node(nvidia_smi_q_x=_cuts()[where]), **{p: _out(p) for p in ("nvidia-smi-nvlink-status",
+                                                                            "nvidia-smi-topo")}}
+    del probes["nvidia-smi-q"]
+    host = make_host(probes, "hgx-h200")
+    [inventory] = run_check("gpu-inventory", host)
+    assert inventory.status is Status.ERROR and inventory.symptoms == ("probe-truncated",)
+    assert f"{CUT_NEVER_SHOWN[where]} GPUs its header counts never shown" in inventory.summary
+    assert "8 x NVIDIA H200 (counted by nvidia-smi nvlink --status" in inventory.summary
+    for check in ("gpu-memory", "gpu-reset", "persistence-mode", "clock-events", "pcie-link"):
+        for f in run_check(check, host):
+            assert f.status is not Status.PASS and f.status is not Status.SKIP, (check, f.summary)
+            assert "probe-truncated" in f.symptoms, check
+
+
+def test_a_header_with_no_gpu_is_not_gpu_missing_when_other_probes_show_them():
+    xml = _out("nvidia-smi-q-x")
+    probes = {"nvidia-smi-q-x": xml[:xml.index("<attached_gpus>")], "lspci": _out("lspci"),
+              "nvidia-smi-nvlink-status": _out("nvidia-smi-nvlink-status")}
+    [f] = run_check("gpu-inventory", make_host(probes, "hgx-h200"))
+    assert f.status is Status.ERROR and "gpu-missing" not in f.symptoms
+    assert "attached_gpus) never came" in f.summary
+
+
+def test_a_cut_xml_still_fails_on_what_it_did_show():
+    # GPU 0 of the cut output has a pending row remap: that FAIL stands, with the cut named.
+    from derived import with_gpu_values
+
+    xml = with_gpu_values(_out("nvidia-smi-q-x"), 0, {"remapped_row_pending": "Yes"})
+    cut = xml[:[m.start() for m in re.finditer("<gpu id=", xml)][2]]
+    [f] = run_check("gpu-memory", make_host({"nvidia-smi-q-x": cut}, "hgx-h200"))
+    assert f.status is Status.FAIL and "probe-truncated" in f.symptoms and "6 of the 8" in f.summary
 
 
 def test_missing_gpu_evidence_does_not_turn_garbled_nic_evidence_into_a_skip():

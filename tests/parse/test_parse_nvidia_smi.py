@@ -291,6 +291,29 @@ def test_xml_truncated_keeps_what_was_read():
     assert len(report.notes) == 1 and report.notes[0].startswith("XML truncated or malformed")
 
 
+@pytest.mark.parametrize("capture", ["h200-vm/smi-q.xml", "smi-q/a100-sxm4-80gb-drv535-q-x-dtd-v12.txt",
+                                     "smi-q/a10g-drv515-q-x-dtd-v11-throttle-names.txt"])
+def test_xml_cut_inside_or_before_its_gpu_says_what_was_not_read(capture):
+    # Real captures cut inside the <gpu> section (after its product name) and just before it.
+    original = read(capture)
+    whole = parse_smi_xml(original)
+    attached = whole.attached_gpus  # the A100 capture is one GPU of a 4-GPU node's output
+    assert whole.cut is None  # whole: nothing said
+    inside = parse_smi_xml(original[: original.index("</product_name>") + 40])
+    assert len(inside.gpus) == 1 and inside.gpus[0].name == whole.gpus[0].name and inside.attached_gpus == attached
+    assert f"0 GPU section(s) read whole; GPU {whole.gpus[0].pci_bus_id} only in part (its section was cut)" in inside.cut
+    before = parse_smi_xml(original[: original.index("<gpu id=")])
+    assert before.gpus == () and before.attached_gpus == attached
+    assert f"{attached} of the {attached} GPUs its header counts never shown" in before.cut
+
+
+def test_xml_cut_in_its_header_says_the_gpu_count_never_came():
+    original = read("h200-vm/smi-q.xml")
+    report = parse_smi_xml(original[: original.index("<attached_gpus>") + len("<attached_gpus>")])
+    assert report.gpus == () and report.attached_gpus is None
+    assert report.cut.endswith("the header's GPU count (attached_gpus) never came")
+
+
 def test_text_truncated_keeps_what_was_read():
     # The h100 capture cut halfway through its Temperature section.
     original = read("smi-q/h100-80gb-hbm3-drv590-under-load.txt")
@@ -422,5 +445,6 @@ def test_dropping_the_supported_clocks_changes_no_report(monkeypatch):
     assert len(captures) >= 5 and sum("<supported_clocks>" in t for t in captures) >= 5
     for text, got, expected in zip(texts, pruned, as_it_came, strict=True):
         assert got == expected, (len(text), text[-80:])
-    assert sum(isinstance(o, str) for o in as_it_came) > 10  # cut before the GPU count: errors
+    # cut: reports that say so (or errors, cut before the root element)
+    assert sum(isinstance(o, str) or o.cut is not None for o in as_it_came) > 10
     assert sum(bool(o.notes) for o in as_it_came if not isinstance(o, str)) > 10  # cut after
