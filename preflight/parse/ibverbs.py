@@ -201,8 +201,27 @@ def _reject(text: str, tool: str) -> str:
 
 # --- ibv_devinfo ----------------------------------------------------------------------------
 
+# Bytes that are no text: U+FFFD is what invalid UTF-8 decodes to (ProbeResult.text), and
+# control characters other than tab never appear in these tools' output.
+_UNDECODABLE = re.compile(r"[\ufffd\x00-\x08\x0b-\x1f\x7f]")
+# What is left of a device name (mlx5_3, rxe0) at the end of a damaged ``hca_id:`` line.
+_NAME_TAIL = re.compile(r"(?<![\w.-])([A-Za-z][\w.-]*\d)\s*$")
+
+
+def undecodable_lines(text: str, tool: str) -> list[str]:
+    """A note for each line holding bytes that are not text, naming its number."""
+    return [f"{tool} line {n}: bytes that are not text ({line.strip()[:60]!r}): unreadable"
+            for n, line in enumerate(text.splitlines(), 1) if _UNDECODABLE.search(line)]
+
+
 def parse_ibv_devinfo(text: str) -> IbInventory:
-    """Parse ``ibv_devinfo`` or ``ibv_devinfo -v``."""
+    """Parse ``ibv_devinfo`` or ``ibv_devinfo -v``.
+
+    Read block by block: ``hca_id:`` opens a device at the start of a line. A line there that
+    holds bytes that are not text (invalid UTF-8) and no ``key: value`` is a device header
+    damaged, not a line to skip: skipped, its device's lines would land in the device before
+    it, and an 8-NIC node would list 7. When what is left of the line ends in a device name, it
+    opens that device, and the damage is noted (any such line is)."""
     stripped = _reject(text, "ibv_devinfo")
     builders: list[_DeviceBuilder] = []
     notes: list[str] = []
@@ -213,6 +232,12 @@ def parse_ibv_devinfo(text: str) -> IbInventory:
         if not kv:
             if line.strip().startswith("No IB devices found"):
                 notes.append(line.strip())
+            elif (line[:1].strip() and _UNDECODABLE.search(line) and (device is None or device.ports)
+                  and (tail := _NAME_TAIL.search(_UNDECODABLE.sub(" ", line)))):
+                name = tail.group(1)
+                device, port = _DeviceBuilder(name), None
+                builders.append(device)
+                notes.append(f"ibv_devinfo: device header unreadable ({line.strip()[:60]!r}), read as {name}")
             continue  # -v flag continuation lines
         key, value = kv.groups()
         if key == "hca_id":
@@ -221,14 +246,14 @@ def parse_ibv_devinfo(text: str) -> IbInventory:
         elif device is None:
             continue
         elif key == "port":
-            port = device.port(int(value)) if value.isdigit() else None
+            port = device.port(int(value)) if value.isdigit() and value.isascii() else None
         elif port is not None:
             _ibv_port_value(port, key, value)
         else:
             _ibv_device_value(device, key, value)
     if not builders and not notes:
         raise ParseError("ibv_devinfo: no 'hca_id:' line")
-    return _finish(builders, notes, "ibv_devinfo")
+    return _finish(builders, undecodable_lines(stripped, "ibv_devinfo") + notes, "ibv_devinfo")
 
 
 def _ibv_device_value(device: _DeviceBuilder, key: str, value: str) -> None:

@@ -175,3 +175,29 @@ def test_more_gpus_than_the_platform_has_is_a_finding():
     [f] = run_check("gpu-inventory", make_host({"nvidia-smi-q-x": xml}, "hgx-h200"))
     assert f.status is Status.WARN and f.symptoms == ("gpu-count-unexpected",)
     assert f.summary.startswith("9 GPUs visible, more than the 8 of a NVIDIA HGX H200 8-GPU")
+
+
+def _devinfo_damaged(header: bytes) -> bytes:
+    # gpu001's 8-NIC ibv_devinfo with invalid UTF-8 bytes in mlx5_3's section header.
+    raw = (NODE / "ibv-devinfo.txt").read_bytes()
+    assert raw.count(b"hca_id: mlx5_3\n") == 1
+    return raw.replace(b"hca_id: mlx5_3\n", header)
+
+
+@pytest.mark.parametrize("header", [b"hca_\xffid: mlx5_3\n", b"hca_id\xc3 mlx5_3\n", b"hca_id: mlx5_\xfe3\n"])
+def test_a_nic_block_with_undecodable_bytes_is_not_dropped(header):
+    host = make_host({"ibv-devinfo": _devinfo_damaged(header)}, "hgx-h200")
+    assert len(host.ib.devices) == 8
+    found = run_check("ib-port-down", host)
+    assert [f.status for f in found] == [Status.WARN], [f.summary for f in found]
+    assert "bytes that are not text" in found[0].summary and found[0].symptoms == ("probe-unreadable",)
+    assert "7 port(s)" not in found[0].summary
+
+
+def test_a_node_listing_fewer_nics_than_its_profile_fails():
+    # gpu001's ibv_devinfo with mlx5_3's block removed: 7 healthy ports are no pass of 8 NICs.
+    text = _out("ibv-devinfo")
+    text = text[:text.index("hca_id: mlx5_3")] + text[text.index("hca_id: mlx5_4"):]
+    [f] = run_check("ib-port-down", make_host({"ibv-devinfo": text}, "hgx-h200"))
+    assert f.status is Status.FAIL and f.symptoms == ("nic-missing",)
+    assert f.summary.startswith("7 ConnectX-7 NIC(s) listed, the NVIDIA HGX H200 8-GPU has 8 (from ibv-devinfo")
