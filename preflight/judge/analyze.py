@@ -174,12 +174,13 @@ def _crashed(check: Check, host: str | None, exc: BaseException) -> Finding:
 
 def _run_host_check(check: Check, ctx: HostContext) -> list[Finding]:
     try:
+        ctx.forget_reads()
         # A host check speaks of its own host only.
         outcomes = outcomes_of(check.func(ctx), hosts=(ctx.name,))
         if not outcomes:
             outcomes = [Outcome(Status.SKIP, "nothing to check")]
         # What a check read from output that broke off part-way passes nothing it did not show.
-        outcomes = partial.mark(outcomes, check.facts, ctx.derived())
+        outcomes = partial.mark(outcomes, check.facts, ctx.reads(), ctx.derived())
     except EvidenceMissing as exc:
         if not exc.collected:
             return [Finding(check.id, ctx.name, Status.SKIP, f"not judged: {exc}")]

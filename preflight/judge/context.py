@@ -76,6 +76,7 @@ class HostContext:
         declared = FACTS.get(name)
         if declared is None or name.startswith("__"):
             raise AttributeError(f"{type(self).__name__} has no attribute or fact {name!r}")
+        self.__dict__.setdefault("_reads", set()).add(name)
         cache = self.__dict__.setdefault("_derived", {})
         if name not in cache:
             try:
@@ -90,6 +91,14 @@ class HostContext:
     def derived(self) -> dict[str, tuple[bool, object]]:
         """The facts derived so far: name -> (True, value) or (False, the EvidenceMissing)."""
         return self.__dict__.setdefault("_derived", {})
+
+    def reads(self) -> set[str]:
+        """The facts asked for since the last ``forget_reads`` (a check's own reads, for
+        preflight.judge.partial)."""
+        return set(self.__dict__.get("_reads", ()))
+
+    def forget_reads(self) -> None:
+        self.__dict__["_reads"] = set()
 
     def optional(self, name: str):
         """A fact, or None when its evidence is missing."""

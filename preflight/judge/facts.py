@@ -249,15 +249,36 @@ def _ib_evidence(ctx: HostContext) -> tuple[str, ibverbs.IbInventory]:
         try:
             inventory = _parsed(ctx, parse, probe)[1]
         except EvidenceMissing as exc:
-            failures.append(exc)
-            if "probe-unreadable" in exc.symptoms:
-                unreadable.append(str(exc))
-            continue
+            inventory = _failed_part_way(r, parse)
+            if inventory is None:
+                failures.append(exc)
+                if "probe-unreadable" in exc.symptoms:
+                    unreadable.append(str(exc))
+                continue
         if unreadable:
             inventory = replace(inventory, notes=inventory.notes + tuple(
                 f"{u}; read {probe} instead" for u in unreadable))
         return probe, inventory
     raise _strongest(failures)
+
+
+def _failed_part_way(r, parse: Callable[[str], Any]) -> ibverbs.IbInventory | None:
+    """What a tool that exited with an error after listing some devices had listed (ibstat stops
+    with ``ibpanic: ... stat of IB device 'mlx5_8' failed`` and exit 255, its devices before
+    that on stdout), with the failure said; None when it listed none, or did not fail so."""
+    if r is None or r.stdout is None or r.ok or r.timed_out or r.tool_missing or r.error:
+        return None
+    try:
+        inventory = parse(r.text)
+    except ParseError:
+        return None
+    if not inventory.devices:
+        return None
+    said = (r.stderr.strip().splitlines() or [""])[-1][:200]
+    cut = (f"{' '.join(r.command) or inventory.source} exited with code {r.exit_code} after listing "
+           f"{', '.join(d.name for d in inventory.devices)}" + (f" ({said})" if said else "")
+           + ": the devices after them were not listed")
+    return replace(inventory, notes=(*inventory.notes, cut), cut=cut)
 
 
 @fact("ib", needs=("ib_evidence",))

@@ -41,10 +41,12 @@ def cut_of(derived: dict, names: Iterable[str]) -> list[str]:
     return found
 
 
-def mark(outcomes: list[Outcome], declared: Iterable[str], derived: dict) -> list[Outcome]:
-    """``outcomes`` of a check that read the facts ``declared``, marked where one was cut."""
+def mark(outcomes: list[Outcome], declared: Iterable[str], read: Iterable[str], derived: dict) -> list[Outcome]:
+    """``outcomes`` of a check that declared the facts ``declared`` and asked for ``read`` while it
+    ran, marked where one it read was cut. (A verdict reached before reading a fact, a SKIP for
+    want of a profile figure, owes nothing to it.)"""
     declared = tuple(declared)
-    judged = [n for n in declared if f"{n}_cut" not in declared]
+    judged = [n for n in read if n in declared and f"{n}_cut" not in declared]
     cuts = cut_of(derived, judged)
     if not cuts:
         return outcomes
@@ -55,6 +57,8 @@ def mark(outcomes: list[Outcome], declared: Iterable[str], derived: dict) -> lis
         if o.status in (Status.PASS, Status.SKIP):
             summary = f"judged only what the output showed before it broke off ({o.summary}): {why}"
             out.append(replace(o, status=Status.ERROR, summary=summary, symptoms=symptoms))
+        elif why in o.summary:
+            out.append(replace(o, symptoms=symptoms))  # the check said it already
         else:
             out.append(replace(o, summary=f"{o.summary}; the output broke off part-way: {why}", symptoms=symptoms))
     return out

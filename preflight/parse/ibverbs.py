@@ -69,6 +69,9 @@ class IbInventory:
     devices: tuple[IbDevice, ...]
     notes: tuple[str, ...]
     source: str
+    # Set when the tool failed part-way (ibstat's ibpanic on a device it could not stat): the
+    # devices before it are kept, and this says the listing stopped; see preflight/judge/partial.py.
+    cut: str | None = None
 
 
 # --- shared value readers -------------------------------------------------------------------

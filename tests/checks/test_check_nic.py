@@ -683,3 +683,29 @@ def test_fleet_end_to_end_names_exactly_the_faults(tmp_path):
     # one root cause, so the inconsistency is explained by the mismatch, not reported again.
     assert ("nic-fw-inconsistent", ("gpu03",)) not in diagnoses
     assert {cause for cause, _ in diagnoses} == {"nic-fw-driver-mismatch", "nic-fw-inconsistent", "ib-port-down"}
+
+
+def _ibpanic_as_recorded():
+    # The real ibpanic capture (corpus MANIFEST: leptonai/gpud#752) as a node records it: the CA
+    # listing on stdout, ibpanic's line on stderr (ibpanic writes there) and exit code 255.
+    text = corpus("ibv/ibstat-partial-output-then-ibpanic-stat-failed.txt")
+    cut = text.index("ibpanic:")
+    return result("ibstat", text[:cut], exit_code=255, stderr=text[cut:], command=("ibstat",))
+
+
+def test_ibstat_that_fails_part_way_keeps_the_ports_it_listed_and_says_it_failed():
+    host = make_host({"ibstat": _ibpanic_as_recorded()})
+    assert [d.name for d in host.ib.devices] == ["mlx5_7"] and host.ib.devices[0].ports[0].state == "ACTIVE"
+    f = one(run_check("ib-port-down", host), "warn")
+    assert "ibstat exited with code 255 after listing mlx5_7" in f.summary
+    assert "stat of IB device 'mlx5_8' failed" in f.summary and "probe-truncated" in f.symptoms
+    # A check that judged the listed NIC passes nothing about the ones never listed.
+    f = one(run_check("nic-fw-inconsistent", host), "error")
+    assert f.summary.startswith("judged only what the output showed before it broke off")
+
+
+def test_ibstat_that_fails_before_any_device_is_still_a_failed_probe():
+    failed = result("ibstat", "", exit_code=255, stderr="ibpanic: [1] main: stat of IB device 'mlx5_0' failed",
+                    command=("ibstat",))
+    f = one(run_check("ib-port-down", make_host({"ibstat": failed})), "error")
+    assert f.symptoms == ("probe-failed",) and "exit code 255" in f.summary
