@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 
 from preflight.parse import ParseError
+from preflight.parse.garbled import garbled, shown
 
 
 @dataclass(frozen=True)
@@ -159,11 +160,16 @@ class _DeviceBuilder:
     ports: dict[int, _PortBuilder] = field(default_factory=dict)
     declared_ports: int | None = None
 
+    unreadable: list[str] = field(default_factory=list)
+
     def port(self, number: int) -> _PortBuilder:
         return self.ports.setdefault(number, _PortBuilder(number))
 
     def set(self, key: str, value: object) -> None:
-        if value is not None:
+        if isinstance(value, str) and garbled(value):
+            # Damage, not another firmware or PSID (preflight.parse.garbled): left unknown.
+            self.unreadable.append(f"{self.name}: {key} unreadable: bytes that are not text in {shown(value)}")
+        elif value is not None:
             self.values[key] = value
 
     def build(self) -> IbDevice:
@@ -188,7 +194,7 @@ class _DeviceBuilder:
 
 
 def _finish(builders: list[_DeviceBuilder], notes: list[str], source: str) -> IbInventory:
-    notes = notes + [n for b in builders if (n := b.truncation_note())]
+    notes = notes + [n for b in builders for n in b.unreadable] + [n for b in builders if (n := b.truncation_note())]
     return IbInventory(devices=tuple(b.build() for b in builders), notes=tuple(notes), source=source)
 
 

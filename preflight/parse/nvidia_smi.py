@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from preflight.parse import ParseError
+from preflight.parse.garbled import garbled, shown
 from preflight.parse.smi_records import (
     EccCounters,
     EccCounts,
@@ -287,14 +288,21 @@ _Lookup = Callable[[_Field], str | None]
 
 
 class _Reader:
-    """Converts the raw strings of one GPU (or the report header), noting unreadable ones."""
+    """Converts the raw strings of one GPU (or the report header), noting unreadable ones.
+    ``unreadable`` collects the fields whose value held bytes that are not text."""
 
-    def __init__(self, where: str, notes: list[str]):
+    def __init__(self, where: str, notes: list[str], unreadable: list[str] | None = None):
         self.where = where
         self.notes = notes
+        self.unreadable = unreadable if unreadable is not None else []
 
     def convert(self, name: str, convert: Callable[[str], object], raw: str | None) -> object:
         if raw is None or not _available(raw):
+            return None
+        if garbled(raw.strip()):
+            # Damage to the evidence, not another value (preflight.parse.garbled).
+            self.notes.append(f"{self.where}: {name} unreadable: bytes that are not text in {shown(raw)}")
+            self.unreadable.append(name)
             return None
         try:
             return convert(raw.strip())
@@ -389,6 +397,7 @@ def _build_gpu(
         clocks_event_reasons=active,
         clocks_event_reasons_known=known,
         clocks_event_counters_us=reader.counters(counter_pairs),
+        unreadable=tuple(reader.unreadable),
         **{k: v for k, v in values.items() if "." not in k and k != "pci_bus_id"},
     )
 
@@ -583,7 +592,9 @@ def parse_smi_xml(text: str) -> SmiReport:
             )
         )
     top = _top_index(root)
-    header = _Reader("report", notes).fields(_REPORT_FIELDS, lambda f: _xml_value(top, f.xml))
+    top_reader = _Reader("report", notes)
+    header = top_reader.fields(_REPORT_FIELDS, lambda f: _xml_value(top, f.xml))
+    header["unreadable"] = tuple(top_reader.unreadable)
     if damage is None:
         return _report(header, gpus, notes, headed=True)
     # What is missing is the file's end, not GPUs: the report holds the GPUs read (one perhaps
@@ -633,7 +644,9 @@ def parse_smi_text(text: str) -> SmiReport:
         if gpu != GpuInfo():
             gpus.append(gpu)
             notes.append("no 'GPU <bus id>' header: an excerpt of one GPU, index unknown")
-    header = _Reader("report", notes).fields(_REPORT_FIELDS, lambda f: root.value_at(f.text[0]))
-    if not gpus and all(v is None for v in header.values()):
+    top_reader = _Reader("report", notes)
+    header = top_reader.fields(_REPORT_FIELDS, lambda f: root.value_at(f.text[0]))
+    header["unreadable"] = tuple(top_reader.unreadable)
+    if not gpus and all(v in (None, ()) for v in header.values()):
         raise _not_smi(text, "nvidia-smi -q")
     return _report(header, gpus, notes, headed=bool(headers))

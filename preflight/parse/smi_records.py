@@ -161,6 +161,8 @@ class GpuInfo:
     memory_total_mib: int | None = None
     memory_used_mib: int | None = None
     performance_state: str | None = None
+    # Fields whose value held bytes that are not text (preflight.parse.garbled): left None.
+    unreadable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,8 @@ class SmiReport:
     attached_gpus: int | None = None
     gpus: tuple[GpuInfo, ...] = ()
     notes: tuple[str, ...] = ()
+    # Report fields (driver_version, cuda_version, ...) whose value held bytes that are not text.
+    unreadable: tuple[str, ...] = ()
     # Set when the output ends (or breaks) before its last GPU was shown: what was read, and
     # what was not. Such a report judges the GPUs it holds and passes none it lacks.
     cut: str | None = None

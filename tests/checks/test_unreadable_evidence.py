@@ -201,3 +201,47 @@ def test_a_node_listing_fewer_nics_than_its_profile_fails():
     [f] = run_check("ib-port-down", make_host({"ibv-devinfo": text}, "hgx-h200"))
     assert f.status is Status.FAIL and f.symptoms == ("nic-missing",)
     assert f.summary.startswith("7 ConnectX-7 NIC(s) listed, the NVIDIA HGX H200 8-GPU has 8 (from ibv-devinfo")
+
+
+def _fleet(bad: dict) -> list:
+    # Three copies of gpu001 as recorded, and one with the damaged outputs in ``bad``.
+    good = {p: _out(p) for p in ("nvidia-smi-q", "ibv-devinfo")}
+    return [make_host(good, "hgx-h200", name=f"gpu00{i}") for i in (1, 2, 3)] + \
+        [make_host({**good, **bad}, "hgx-h200", name="gpu004")]
+
+
+def test_a_nul_byte_in_the_driver_version_is_unreadable_not_drift():
+    from ctx import run_fleet_check
+
+    text = _out("nvidia-smi-q")
+    line = re.search(r"Driver Version\s+: 580.159.04\n", text).group()
+    hosts = _fleet({"nvidia-smi-q": text.replace(line, line.replace("04\n", "04\x00\n"))})
+    by_host = {f.host: f for f in run_fleet_check("fleet-consistency", hosts)}
+    assert by_host["gpu004"].status is Status.WARN and by_host["gpu004"].symptoms == ("probe-unreadable",)
+    assert by_host["gpu004"].summary.startswith("driver unreadable (nvidia-smi's report header)")
+    assert all(by_host[h].status is Status.PASS for h in ("gpu001", "gpu002", "gpu003"))
+
+
+def test_a_control_byte_in_a_vbios_version_is_unreadable_not_drift():
+    from ctx import run_fleet_check
+
+    text = _out("nvidia-smi-q")
+    vbios = re.search(r"VBIOS Version\s+: (\S+)", text).group(1)
+    hosts = _fleet({"nvidia-smi-q": text.replace(vbios, vbios[:4] + "\x1b" + vbios[4:], 1)})
+    by_host = {f.host: f for f in run_fleet_check("vbios-consistency", hosts)}
+    assert by_host["gpu004"].status is Status.WARN and by_host["gpu004"].summary.startswith("VBIOS unreadable (GPU ")
+    assert "vbios-drift" not in by_host["gpu004"].symptoms
+
+
+def test_a_nul_byte_in_a_nic_firmware_string_is_unreadable_not_a_mismatch():
+    from ctx import run_fleet_check
+
+    text = _out("ibv-devinfo")
+    damaged = text.replace("28.46.1006", "28.46.1006\x00", 1)
+    host = make_host({"ibv-devinfo": damaged}, "hgx-h200")
+    found = {f.status: f for f in run_check("nic-fw-inconsistent", host)}
+    assert Status.FAIL not in found
+    assert found[Status.WARN].summary.startswith("firmware unreadable, not compared: mlx5_0: fw_ver unreadable")
+    assert found[Status.WARN].symptoms == ("probe-unreadable",)
+    fleet = run_fleet_check("nic-fw-fleet-consistency", _fleet({"ibv-devinfo": damaged}))
+    assert all(f.status is not Status.FAIL for f in fleet)
