@@ -38,8 +38,18 @@ class HostContext:
         """The probe's output; raises EvidenceMissing unless it ran cleanly."""
         r = self.probes.get(probe)
         if r is None or not r.ok:
-            raise why_missing(r, probe)
+            raise why_missing(r, probe, self.answered_by_tool(probe))
         return r.text
+
+    def answered_by_tool(self, probe: str) -> tuple[str, ...]:
+        """The other probes run by the same program as ``probe`` (its command's first word; a
+        ``sh -c`` script says nothing of one) that returned output on this host."""
+        r = self.probes.get(probe)
+        tool = r.command[0] if r is not None and r.command else None
+        if tool in (None, "sh", "bash"):
+            return ()
+        return tuple(p for p, other in self.probes.items()
+                     if p != probe and other.command[:1] == (tool,) and other.ok and other.stdout)
 
     def first_text(self, *probes: str) -> tuple[str, str]:
         """The first of several alternative probes that ran cleanly: (probe id, text)."""

@@ -223,7 +223,7 @@ def _nccl(ctx: HostContext):
         try:
             return parse_probe_output(r.text, cut_off=True)
         except ParseError:
-            raise why_missing(r, NCCL_PROBE) from None
+            raise why_missing(r, NCCL_PROBE, ctx.answered_by_tool(NCCL_PROBE)) from None
     return _parsed(ctx, parse_probe_output, NCCL_PROBE)[1]
 
 
@@ -375,7 +375,7 @@ def _dcgm_diag(ctx: HostContext) -> dcgm.DcgmDiag:
     r = ctx.result(DCGM_PROBE)
     if r is not None and r.stdout is not None and not r.tool_missing and (r.ok or r.timed_out):
         return _read(DCGM_PROBE, r.text, dcgm.parse_dcgmi_diag)
-    raise why_missing(r, DCGM_PROBE)
+    raise why_missing(r, DCGM_PROBE, ctx.answered_by_tool(DCGM_PROBE))
 
 
 @fact("dcgm_discovery", probes=(DCGM_DISCOVERY_PROBE,))
@@ -386,7 +386,7 @@ def _dcgm_discovery(ctx: HostContext) -> dcgm.DcgmDiscovery:
     if r is not None and r.stdout is not None and not r.tool_missing and not r.timed_out:
         if r.ok or "Error:" in r.text:
             return _read(DCGM_DISCOVERY_PROBE, r.text, dcgm.parse_dcgmi_discovery)
-    raise why_missing(r, DCGM_DISCOVERY_PROBE)
+    raise why_missing(r, DCGM_DISCOVERY_PROBE, ctx.answered_by_tool(DCGM_DISCOVERY_PROBE))
 
 
 @fact("dcgm_health", probes=(DCGM_HEALTH_PROBE,))
@@ -397,7 +397,7 @@ def _dcgm_health(ctx: HostContext) -> dcgm_health.DcgmHealth:
     r = ctx.result(DCGM_HEALTH_PROBE)
     if r is not None and r.stdout is not None and not r.tool_missing and not r.timed_out:
         return _read(DCGM_HEALTH_PROBE, r.text, dcgm_health.parse_dcgmi_health)
-    raise why_missing(r, DCGM_HEALTH_PROBE)
+    raise why_missing(r, DCGM_HEALTH_PROBE, ctx.answered_by_tool(DCGM_HEALTH_PROBE))
 
 
 # ---- RDMA port counters ------------------------------------------------------------------

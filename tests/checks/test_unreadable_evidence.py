@@ -245,3 +245,36 @@ def test_a_nul_byte_in_a_nic_firmware_string_is_unreadable_not_a_mismatch():
     assert found[Status.WARN].symptoms == ("probe-unreadable",)
     fleet = run_fleet_check("nic-fw-fleet-consistency", _fleet({"ibv-devinfo": damaged}))
     assert all(f.status is not Status.FAIL for f in fleet)
+
+
+SMI_PROBES = {"nvidia-smi-q-x": ("-q", "-x"), "nvidia-smi-q": ("-q",), "nvidia-smi-topo": ("topo", "-m"),
+              "nvidia-smi-nvlink-status": ("nvlink", "--status"), "nvidia-smi-nvlink-errors": ("nvlink", "-e")}
+
+
+def _smi_answers(failed: dict[str, int]) -> dict:
+    # gpu001's nvidia-smi outputs as a run records them; the probes in ``failed`` exited with that
+    # code and printed only the loader's complaint, as a node whose driver library went missing does.
+    out = {}
+    for probe, args in SMI_PROBES.items():
+        if probe in failed:
+            out[probe] = result(probe, b"", exit_code=failed[probe], command=("nvidia-smi", *args),
+                                stderr="nvidia-smi: error while loading shared libraries: libnvidia-ml.so.1: "
+                                       "cannot open shared object file: No such file or directory")
+        else:
+            out[probe] = result(probe, _out(probe), command=("nvidia-smi", *args))
+    return out
+
+
+def test_exit_127_of_one_probe_is_not_a_missing_tool_when_the_tool_answered_others():
+    probes = _smi_answers({"nvidia-smi-q-x": 127, "nvidia-smi-q": 127})
+    [f] = run_check("gpu-memory", make_host(probes, "hgx-h200"))
+    assert f.status is Status.ERROR and f.symptoms == ("probe-failed",), f.summary
+    assert "not installed" not in f.summary
+    assert "nvidia-smi -q -x exited 127 although nvidia-smi answered 3 other probe(s) on this host" in f.summary
+
+
+def test_exit_127_of_every_probe_of_a_tool_is_still_a_missing_tool():
+    probes = _smi_answers(dict.fromkeys(SMI_PROBES, 127))
+    [f] = run_check("gpu-memory", make_host(probes, "hgx-h200"))
+    assert f.status is Status.ERROR and f.symptoms == ("tool-missing",)
+    assert "nvidia-smi is not installed" in f.summary
