@@ -143,6 +143,10 @@ _GPU_FIELDS: tuple[_Field, ...] = (
         ("ecc_mode", _B, "ecc_mode/current_ecc", "ECC Mode/Current"),
         ("recovery_action", _S, "gpu_recovery_action", "GPU Recovery Action"),
         ("performance_state", _S, "performance_state", "Performance State"),
+        # NVML's nvmlGpuVirtualizationMode_t as nvidia-smi prints it: None (bare metal),
+        # Pass-Through / VGPU (a guest), Host VGPU / Host VSGA (the hypervisor).
+        ("virtualization_mode", _S, "gpu_virtualization_mode/virtualization_mode",
+         "GPU Virtualization Mode/Virtualization Mode"),
         ("sm_clock_mhz", _I, "clocks/sm_clock", "Clocks/SM"),
         ("memory_clock_mhz", _I, "clocks/mem_clock", "Clocks/Memory"),
         ("max_sm_clock_mhz", _I, "max_clocks/sm_clock", "Max Clocks/SM"),

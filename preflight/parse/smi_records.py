@@ -161,8 +161,15 @@ class GpuInfo:
     memory_total_mib: int | None = None
     memory_used_mib: int | None = None
     performance_state: str | None = None
+    virtualization_mode: str | None = None  # "None" (bare metal), "Pass-Through", "VGPU", "Host VGPU", ...
     # Fields whose value held bytes that are not text (preflight.parse.garbled): left None.
     unreadable: tuple[str, ...] = ()
+
+    @property
+    def in_guest(self) -> bool:
+        """Whether the GPU is seen from inside a virtual machine (passed through, or a vGPU):
+        NVML's NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH / _VGPU (docs/sources.md §9)."""
+        return (self.virtualization_mode or "").replace("-", "").replace(" ", "").lower() in ("passthrough", "vgpu")
 
 
 @dataclass(frozen=True)
