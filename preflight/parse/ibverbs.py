@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.parse import ParseError
+from preflight.parse import ParseError, finite, is_number
 from preflight.parse.garbled import garbled, shown
 
 
@@ -78,8 +78,8 @@ class IbInventory:
 # --- shared value readers -------------------------------------------------------------------
 
 _KV_RE = re.compile(r"^\s*([A-Za-z_][\w \[\]]*?):\s*(.*?)\s*$")
-_CODE_SUFFIX_RE = re.compile(r"\s*\(\d+\)$")
-_SYSFS_CODE_PREFIX_RE = re.compile(r"^\d+:\s*")
+_CODE_SUFFIX_RE = re.compile(r"\s*\([0-9]+\)$")
+_SYSFS_CODE_PREFIX_RE = re.compile(r"^[0-9]+:\s*")
 # ibv_devinfo names the lane speed by its IB speed code; FDR10 and QDR share "10.0 Gbps".
 _SPEED_CODES = {1: "SDR", 2: "DDR", 4: "QDR", 8: "FDR10", 16: "FDR", 32: "EDR", 64: "HDR",
                 128: "NDR", 256: "XDR"}
@@ -104,7 +104,7 @@ def _phys_state(raw: str) -> str | None:
 def _int(raw: str | None) -> int | None:
     if raw is None:
         return None
-    match = re.match(r"\s*(?:0x([0-9a-fA-F]{1,16})|(\d{1,19}))", raw)
+    match = re.match(r"\s*(?:0x([0-9a-fA-F]{1,16})|([0-9]{1,19}))", raw)
     if not match:
         return None
     # Base given, not 0: int("09", 0) refuses a leading zero; and bounded, so a run of digits
@@ -120,16 +120,16 @@ def _guid(raw: str | None) -> str | None:
 
 
 def _part_id_from_type(hca_type: str) -> int | None:
-    match = re.fullmatch(r"MT(\d+)", hca_type.strip())
+    match = re.fullmatch(r"MT([0-9]+)", hca_type.strip())
     return int(match.group(1)) if match else None
 
 
 def _sysfs_rate(raw: str) -> tuple[float | None, str | None, str | None]:
     """``400 Gb/sec (4X NDR)`` -> (400.0, "4X", "NDR"); a bare ``200`` (ibstat) -> (200.0, None, None)."""
-    match = re.match(r"\s*(\d+(?:\.\d+)?)\s*(?:Gb/sec)?\s*(?:\((\d+X)\s*([A-Z0-9]+)?\))?", raw)
+    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(?:Gb/sec)?\s*(?:\(([0-9]+X)\s*([A-Z0-9]+)?\))?", raw)
     if not match:
         return None, None, None
-    return float(match.group(1)), match.group(2), match.group(3)
+    return finite(match.group(1)), match.group(2), match.group(3)
 
 
 class _PortBuilder:
@@ -214,7 +214,7 @@ def _reject(text: str, tool: str) -> str:
 # control characters other than tab never appear in these tools' output.
 _UNDECODABLE = re.compile(r"[\ufffd\x00-\x08\x0b-\x1f\x7f]")
 # What is left of a device name (mlx5_3, rxe0) at the end of a damaged ``hca_id:`` line.
-_NAME_TAIL = re.compile(r"(?<![\w.-])([A-Za-z][\w.-]*\d)\s*$")
+_NAME_TAIL = re.compile(r"(?<![\w.-])([A-Za-z][\w.-]*[0-9])\s*$")
 
 
 def undecodable_lines(text: str, tool: str) -> list[str]:
@@ -255,7 +255,7 @@ def parse_ibv_devinfo(text: str) -> IbInventory:
         elif device is None:
             continue
         elif key == "port":
-            port = device.port(int(value)) if value.isdigit() and value.isascii() else None
+            port = device.port(int(value)) if is_number(value) else None
         elif port is not None:
             _ibv_port_value(port, key, value)
         else:
@@ -290,12 +290,12 @@ def _ibv_port_value(port: _PortBuilder, key: str, value: str) -> None:
     elif key == "active_mtu":
         port.set("active_mtu", _int(value))
     elif key == "active_width":
-        width = re.match(r"(\d+X)", value)
+        width = re.match(r"([0-9]+X)", value)
         port.set("width", width.group(1) if width else None)
     elif key == "active_speed":
-        lane = re.match(r"(\d+(?:\.\d+)?)\s*Gbps(?:\s*\((\d+)\))?", value)
+        lane = re.match(r"([0-9]+(?:\.[0-9]+)?)\s*Gbps(?:\s*\(([0-9]+)\))?", value)
         if lane:
-            port.lane_gbps = float(lane.group(1))
+            port.lane_gbps = finite(lane.group(1))
             if lane.group(2):
                 port.set("speed", _SPEED_CODES.get(int(lane.group(2))))
 
@@ -303,7 +303,7 @@ def _ibv_port_value(port: _PortBuilder, key: str, value: str) -> None:
 # --- ibstat / ibstatus ----------------------------------------------------------------------
 
 _CA_RE = re.compile(r"^CA '([^']+)'")
-_IBSTATUS_RE = re.compile(r"^Infiniband device '([^']+)' port (\d+) status:")
+_IBSTATUS_RE = re.compile(r"^Infiniband device '([^']+)' port ([0-9]+) status:")
 
 
 def parse_ibstat(text: str) -> IbInventory:
@@ -329,7 +329,7 @@ def parse_ibstat(text: str) -> IbInventory:
         if device is None:
             skipped += bool(s)
             continue
-        port_header = re.match(r"^Port (\d+):$", s)
+        port_header = re.match(r"^Port ([0-9]+):$", s)
         if port_header:
             port = device.port(int(port_header.group(1)))
             continue
@@ -399,7 +399,7 @@ def parse_ibstatus(text: str) -> IbInventory:
 
 # --- sysfs ----------------------------------------------------------------------------------
 
-_SYSFS_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/(?:ports/(\d+)/)?([\w]+):(.*)$")
+_SYSFS_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/(?:ports/([0-9]+)/)?([\w]+):(.*)$")
 
 
 def _sysfs_port_value(port: _PortBuilder, key: str, value: str) -> None:

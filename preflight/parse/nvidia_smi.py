@@ -41,7 +41,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from preflight.parse import ParseError
+from preflight.parse import ParseError, finite
 from preflight.parse.garbled import garbled, shown
 from preflight.parse.smi_records import (
     EccCounters,
@@ -69,7 +69,7 @@ _UNAVAILABLE = {
 }
 _TRUE = {"enabled", "yes", "active", "true"}
 _FALSE = {"disabled", "no", "not active", "false"}
-_NUMBER = re.compile(r"^[-+]?\d+(?:\.\d+)?(?![\d.])")
+_NUMBER = re.compile(r"^[-+]?[0-9]+(?:\.[0-9]+)?(?![0-9.])")
 
 
 def _to_bool(raw: str) -> bool:
@@ -82,9 +82,10 @@ def _to_bool(raw: str) -> bool:
 def _to_float(raw: str) -> float:
     """Leading number of a value with its unit ("629.45 W", "16x", "639 bank(s)")."""
     match = _NUMBER.match(raw.strip())
-    if not match:
+    number = finite(match.group()) if match else None
+    if number is None:
         raise ValueError(raw)
-    return float(match.group())
+    return number
 
 
 def _to_int(raw: str) -> int:
