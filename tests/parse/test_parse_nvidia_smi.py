@@ -376,7 +376,7 @@ def test_the_path_index_finds_what_element_find_finds_in_every_real_xml():
     find() per field: on every real -q -x capture each field's path gives the same element."""
     import xml.etree.ElementTree as ET
 
-    from preflight.parse import nvidia_smi as ns
+    from preflight.parse import smi_fields, smi_xml
 
     root_dir = Path(__file__).resolve().parents[2]
     files = [p for p in sorted(root_dir.glob("tests/fixtures/**/*.txt")) + sorted(root_dir.glob("examples/**/*.txt"))
@@ -388,8 +388,8 @@ def test_the_path_index_finds_what_element_find_finds_in_every_real_xml():
         except ET.ParseError:
             continue  # cut captures go through the incremental reader; same lookup afterwards
         for gpu in root.findall("gpu"):
-            index = ns._path_index(gpu)
-            for field in ns._GPU_FIELDS:
+            index = smi_xml._path_index(gpu)
+            for field in smi_fields.GPU_FIELDS:
                 for xml_path in field.xml:
                     assert index.get(xml_path) is gpu.find(xml_path), (path.name, xml_path)
                     checked += 1
@@ -435,12 +435,12 @@ def test_dropping_the_supported_clocks_changes_no_report(monkeypatch):
     """parse_smi_xml leaves the <supported_clocks> sections (over half of an H200's XML) out of
     the parse. Every real capture, whole, cut or damaged, reads exactly as it does parsed as
     it came: the same SmiReport, or the same ParseError."""
-    from preflight.parse import nvidia_smi as ns
+    from preflight.parse import smi_xml
 
     captures = _real_xml_captures()
     texts = [variant for text in captures for variant in _variants(text)]
     pruned = [_outcome(t) for t in texts]
-    monkeypatch.setattr(ns, "_without_unread_sections", lambda text: text)
+    monkeypatch.setattr(smi_xml, "_without_unread_sections", lambda text: text)
     as_it_came = [_outcome(t) for t in texts]
     assert len(captures) >= 5 and sum("<supported_clocks>" in t for t in captures) >= 5
     for text, got, expected in zip(texts, pruned, as_it_came, strict=True):
