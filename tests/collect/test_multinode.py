@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 from ctx import _CHECKS, make_host
-from derived import CORPUS, H200_RUN, mpirun_all_reduce, tagged_warn
+from derived import CORPUS, H200_RUN, h200_node_xml, mpirun_all_reduce, tagged_warn
 
 from preflight.collect.multinode import (
     PROBE_FULL,
@@ -21,6 +21,7 @@ from preflight.collect.multinode import (
     PROBE_INTRA,
     MultinodeOptions,
     attribute,
+    gpus_of,
     inventory_names,
     pair_probe,
     plan_pairs,
@@ -360,10 +361,6 @@ def test_pair_probe_ids_are_bundle_safe(name):
 def test_gpus_of_a_host_whose_smi_xml_was_cut_short_is_unknown_not_the_gpus_before_the_cut():
     # The derived 8-GPU node's XML (tests/derived.py, from the real H200 capture) cut after GPU 2:
     # two GPUs read are not the host's slots. The whole output still counts 8.
-    from derived import h200_node_xml
-
-    from preflight.collect.multinode import gpus_of
-
     def smi(text: str) -> dict:
         return {"nvidia-smi-q-x": ProbeResult("nvidia-smi-q-x", "h", ("nvidia-smi",), text.encode(), exit_code=0)}
 
