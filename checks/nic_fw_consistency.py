@@ -10,11 +10,12 @@ Normal vs faulty: within a node, two firmware versions on one model almost alway
 flash that stopped half way (or a replaced card never updated); across nodes, the minority
 version is the node someone forgot. Both fail: NCCL runs across every NIC of every node, and
 a mix is how "one node hangs now and then" starts. A firmware string with bytes that are not
-text in it (a NUL) is not another version: the parser leaves it unknown, and the node WARNs that
-it is unreadable (``probe-unreadable``) instead of failing a mismatch or passing without it. The fleet report is
-grouped, majority first ("ConnectX-8: 3 hosts on 40.46.1006, 1 on 40.44.1036 (gpu03)"); with no majority every
-host of the model is named. Whether the majority itself is right is ``nic-fw-driver-mismatch``'s
-question, and the action names the version the driver ships where the matrix knows it.
+text in it (a NUL) is not another version: the parser leaves it unknown, and the node WARNs
+that it is unreadable (``probe-unreadable``) instead of failing a mismatch or passing without
+it. The fleet report is grouped, majority first ("ConnectX-8: 3 hosts on 40.46.1006, 1 on
+40.44.1036 (gpu03)"); with no majority every host of the model is named. Whether the majority
+itself is right is ``nic-fw-driver-mismatch``'s question, and the action names the version the
+driver ships where the matrix knows it.
 """
 
 from __future__ import annotations
