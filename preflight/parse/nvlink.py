@@ -175,10 +175,8 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
             speed = _SPEED.fullmatch(value)
             gbps = finite(speed.group(1)) if speed else None
             if value != "<inactive>" and gbps is None:
-                # Not a speed, and not "<inactive>": the link's state is unknown, so it is left
-                # out (the GPU then lists fewer links) rather than read as down or up.
+                # A speed past float range (a run of digits) is no speed either.
                 notes.append(f"GPU {block.index} link {number}: unreadable status {value[:80]!r}")
-                continue
             links.append(NvlinkLink(number, gbps))
         gpus.append(NvlinkGpu(block.index, block.name, block.uuid, tuple(links),
                               *_support(block, notes)))
