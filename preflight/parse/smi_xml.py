@@ -190,7 +190,9 @@ def parse_smi_xml(text: str) -> SmiReport:
     top_reader = Reader("report", notes)
     header = top_reader.fields(REPORT_FIELDS, lambda f: _xml_value(top, f.xml))
     header["unreadable"] = tuple(top_reader.unreadable)
-    if damage is None:
+    if damage is None or id(root) in damage.closed:
+        # Whole, or damaged only after its root element closed (text appended to the capture):
+        # every GPU the output had was read.
         return build_report(header, gpus, notes, headed=True)
     # What is missing is the file's end, not GPUs: the report holds the GPUs read (one perhaps
     # in part) and says which were not, so no check passes a GPU it never saw and the GPU

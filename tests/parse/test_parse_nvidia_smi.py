@@ -307,6 +307,12 @@ def test_xml_cut_inside_or_before_its_gpu_says_what_was_not_read(capture):
     assert f"{attached} of the {attached} GPUs its header counts never shown" in before.cut
 
 
+def test_xml_with_text_after_its_end_is_whole_not_cut():
+    # The real capture with a line a wrapper printed after nvidia-smi finished.
+    report = parse_smi_xml(read("h200-vm/smi-q.xml") + "\nsh: 1: warning: job control turned off\n")
+    assert report.cut is None and len(report.gpus) == 1 and report.gpus[0].name == "NVIDIA H200"
+
+
 def test_xml_cut_in_its_header_says_the_gpu_count_never_came():
     original = read("h200-vm/smi-q.xml")
     report = parse_smi_xml(original[: original.index("<attached_gpus>") + len("<attached_gpus>")])
