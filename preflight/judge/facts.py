@@ -248,7 +248,7 @@ def _ib_evidence(ctx: HostEvidence) -> tuple[str, ibverbs.IbInventory]:
         try:
             inventory = _parsed(ctx, parse, probe)[1]
         except EvidenceMissing as exc:
-            inventory = _failed_part_way(r, parse)
+            inventory = _failed_part_way(r, parse) if probe in ("ibstat", "ibv-devinfo") else None
             if inventory is None:
                 failures.append(exc)
                 if "probe-unreadable" in exc.symptoms:
