@@ -8,7 +8,7 @@ the bus the driver lost). Driver and CUDA versions are known only from ``-q``. A
 lspci alone can fail a node (fewer GPUs on the bus than the platform has) but never pass it,
 and is not used at all when nvidia-smi ran and failed: then the driver's view is unknown.
 
-An ``nvidia-smi -q -x`` that broke off part-way (the tool died mid-way, or the capture was cut)
+An ``nvidia-smi -q -x`` (or ``-q``) that broke off part-way (the tool died mid-way, or the capture was cut)
 is a finding of its own, whatever the count: it counts nothing (the GPUs before the cut are not
 the node's GPUs), so the count comes from another view, and the verdict is never a PASS: a WARN
 when ``nvidia-smi -q`` showed every GPU in its stead, else an ERROR naming what was not shown.
@@ -38,9 +38,10 @@ def gpu_inventory(host):
     if cut is None:
         return outcome
     symptoms = (*outcome.symptoms, "probe-truncated")
-    evidence = (*outcome.evidence, host.excerpt("nvidia-smi-q-x", r"<gpu id=|<attached_gpus>"))
+    evidence = (*outcome.evidence, host.excerpt("nvidia-smi-q-x", r"<gpu id=|<attached_gpus>")
+                or host.excerpt("nvidia-smi-q", r"^GPU [0-9A-Fa-f]|Attached GPUs"))
     evidence = tuple(e for e in evidence if e)
-    if host.smi_probe == "nvidia-smi-q" and outcome.status is Status.PASS:
+    if host.smi_probe == "nvidia-smi-q" and host.smi.cut is None and outcome.status is Status.PASS:
         return warn(f"{outcome.summary}; but {cut}: read nvidia-smi -q instead, which shows every GPU",
                     symptoms=symptoms, evidence=evidence, data=outcome.data)
     if outcome.status in (Status.PASS, Status.SKIP):

@@ -116,7 +116,8 @@ def _smi_evidence(ctx: HostEvidence) -> tuple[str, SmiReport, str | None]:
     no text to stand in is the report, holding the GPUs it showed (``SmiReport.cut``)."""
     probe, text = ctx.first_text("nvidia-smi-q-x", "nvidia-smi-q")
     if probe == "nvidia-smi-q":
-        return probe, _read(probe, text, nvidia_smi.parse_smi_text), None
+        report = _read(probe, text, nvidia_smi.parse_smi_text)
+        return probe, report, report.cut
     fallback = ctx.result("nvidia-smi-q")
     try:
         report = _read(probe, text, nvidia_smi.parse_smi_xml)
@@ -150,8 +151,8 @@ def _smi_probe(ctx: HostEvidence) -> str:
 
 @fact("smi_cut", needs=("smi_evidence",))
 def _smi_cut(ctx: HostEvidence) -> str | None:
-    """What cut ``nvidia-smi -q -x`` short (the tool died mid-way, or the capture was cut), in
-    words, even when ``-q`` stood in for it; None when the XML was whole (or not the source)."""
+    """What cut the nvidia-smi report short (the tool died mid-way, or the capture was cut), in
+    words: the XML's, even when a whole ``-q`` stood in for it, else the text's; None when whole."""
     return ctx.smi_evidence[2]
 
 

@@ -37,6 +37,7 @@ counts); no capture of it is in the corpus.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from preflight.parse.smi_build import Reader, build_gpu, build_report, not_smi
 from preflight.parse.smi_fields import REPORT_FIELDS, TEXT_COUNTERS, TEXT_REASONS, snake
@@ -90,4 +91,27 @@ def parse_smi_text(text: str) -> SmiReport:
     header["unreadable"] = tuple(top_reader.unreadable)
     if not gpus and all(v in (None, ()) for v in header.values()):
         raise not_smi(text, "nvidia-smi -q")
-    return build_report(header, gpus, notes, headed=bool(headers))
+    report = build_report(header, gpus, notes, headed=bool(headers))
+    cut = _text_cut(text, header["attached_gpus"], len(headers))
+    return replace(report, cut=cut) if cut else report
+
+
+# What nvidia-smi prints for a GPU it cannot reach (one fallen off the bus):
+# "Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error"
+# (NVIDIA/open-gpu-kernel-modules#387, NVIDIA/nvidia-docker#1553).
+_UNREACHABLE = re.compile(r"Unable to (?:determine|detect) the device handle for GPU", re.IGNORECASE)
+_ELIDED = re.compile(r"^\s*(?:\[\.\.\.\]|\.{3,}|\u2026)\s*$", re.MULTILINE)
+
+
+def _text_cut(text: str, attached: object, listed: int) -> str | None:
+    """Why a whole ``-q`` report (one with GPU headers) lists fewer GPUs than its header counts,
+    when nothing in it says a GPU could not be reached: the output broke off. None otherwise (an
+    excerpt, with no headers or with its author's elisions; every GPU listed; or a GPU nvidia-smi
+    said it could not reach, which is a missing GPU, not a cut)."""
+    if not listed or not isinstance(attached, int) or listed >= attached or _UNREACHABLE.search(text):
+        return None
+    if _ELIDED.search(text):
+        return None  # a pasted excerpt ("[...]" where its author left lines out), not a cut
+    return (f"nvidia-smi -q output lists {listed} GPU section(s) of the {attached} its header counts, and says "
+            f"of no GPU that it could not be reached: the tool died mid-way or the capture was cut; "
+            f"{attached - listed} GPU(s) never shown")

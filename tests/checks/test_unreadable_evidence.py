@@ -278,3 +278,27 @@ def test_exit_127_of_every_probe_of_a_tool_is_still_a_missing_tool():
     [f] = run_check("gpu-memory", make_host(probes, "hgx-h200"))
     assert f.status is Status.ERROR and f.symptoms == ("tool-missing",)
     assert "nvidia-smi is not installed" in f.summary
+
+
+def _text_cut_after_gpu_2() -> str:
+    # gpu001's 8-GPU text report (tests/derived.py, from the real H200 capture) cut before GPU 3.
+    text = _out("nvidia-smi-q")
+    return text[:text.index("GPU 00000000:3A:00.0")]
+
+
+def test_a_text_report_cut_short_is_not_gpu_missing_and_passes_no_gpu():
+    probes = {"nvidia-smi-q": _text_cut_after_gpu_2(), "nvidia-smi-nvlink-status": _out("nvidia-smi-nvlink-status")}
+    host = make_host(probes, "hgx-h200")
+    [f] = run_check("gpu-inventory", host)
+    assert f.status is Status.ERROR and f.symptoms == ("probe-truncated",), f.summary
+    assert "lists 2 GPU section(s) of the 8 its header counts" in f.summary
+    [f] = run_check("gpu-memory", host)
+    assert f.status is Status.ERROR and "probe-truncated" in f.symptoms
+
+
+def test_a_text_report_that_names_a_gpu_it_cannot_reach_is_a_missing_gpu_not_a_cut():
+    # The line nvidia-smi prints for a GPU fallen off the bus (NVIDIA/open-gpu-kernel-modules#387),
+    # after the two GPUs the report lists; the header still counts 8.
+    text = _text_cut_after_gpu_2() + "Unable to determine the device handle for GPU 0000:3A:00.0: Unknown Error\n"
+    [f] = run_check("gpu-inventory", make_host({"nvidia-smi-q": text}, "hgx-h200"))
+    assert f.status is Status.FAIL and f.symptoms == ("gpu-missing",), f.summary

@@ -320,6 +320,12 @@ def test_xml_cut_in_its_header_says_the_gpu_count_never_came():
     assert report.cut.endswith("the header's GPU count (attached_gpus) never came")
 
 
+def test_text_excerpt_with_elisions_is_no_cut():
+    # The real A100 excerpt: one GPU of the 8 its header counts, its author's "[...]" in between.
+    report = parse_smi_text(read("smi-q/a100-sxm4-80gb-drv510-remapped-rows-pending-excerpt.txt"))
+    assert report.attached_gpus == 8 and len(report.gpus) == 1 and report.cut is None
+
+
 def test_text_truncated_keeps_what_was_read():
     # The h100 capture cut halfway through its Temperature section.
     original = read("smi-q/h100-80gb-hbm3-drv590-under-load.txt")
