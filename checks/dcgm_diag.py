@@ -8,9 +8,13 @@ Input: the ``dcgm_diag`` fact, i.e. ``dcgmi diag -r LEVEL -j`` run by the ``dcgm
 Judged the way DCGM's own users asked for after being burnt (NVIDIA/DCGM issues 139, 198, 253, 284):
 - Every test keeps its own word. A failed test FAILs the host, whatever its per-GPU rows say
   (DCGM 4.x prints ``GPU0: Pass`` under a pcie test that failed with an internal error).
-- A skipped or not-run test is never a pass: with nothing failed, skips WARN
-  (``dcgm-diag-incomplete``), naming the tests and DCGM's reason where it gave one; a diag that
-  judged no test at all says so.
+- A skipped or not-run test that the level requires is never a pass: with nothing failed, such
+  skips WARN (``dcgm-diag-incomplete``), naming the tests and DCGM's reason where it gave one; a
+  diag that judged no test at all says so. The tests levels require (``REQUIRED``): the
+  deployment checks, PCIe and GPU memory (level 2 on), the diagnostic, Targeted Stress and
+  Targeted Power (level 3 on). A skip of any other test (EUD, a separately installed plugin that
+  most nodes lack; memory bandwidth, pulse, memtest where the SKU has no entry) is a note on the
+  verdict, not a warning: the level did not depend on it.
 - A test that passed while it reported a warning (a memory test that "passes" after failing to
   allocate, DCGM_FR_MEMORY_ALLOC) WARNs with that warning: the pass did not measure what it says.
 - An ``Error`` outside any test (a run stopped in its Deployment checks, a ``runtime_error``,
@@ -18,6 +22,10 @@ Judged the way DCGM's own users asked for after being burnt (NVIDIA/DCGM issues 
   was judged) with ``dcgm-hostengine-down`` and the way to start it.
 - A diag stopped at its level's limit (``exit=124/137`` in the probe's closing line, or the probe's
   own limit cutting it) FAILs with ``dcgm-diag-hang``: a hang is a result (level 2 hangs on some B200).
+- A failure whose code a power limit could explain (DCGM_FR_TARGET_POWER: Targeted Power did not
+  reach its target) is ``dcgm-diag-failed`` with its code first; power capping is named beside it
+  as a possible explanation (``power-capping-possible``, diagnosed with low confidence), never as
+  the finding.
 - Every warning's DCGM error code (from the JSON, or found from the message in a text table) is
   looked up in ``playbooks/dcgm_errors.yaml`` (NVIDIA's dcgm_errors.h): its name, NVIDIA's
   message, next step and severity go into the summary and ``data``, and its cause id becomes the
@@ -55,6 +63,14 @@ INSTALL_ACTION = ("install DCGM on the node (the datacenter-gpu-manager-4 packag
                   "start nvidia-dcgm, then re-run")
 # Severities of dcgmErrorSeverity_t under which a warning on a passed test still means something.
 QUIET_SEVERITIES = ("none",)
+# The tests DCGM's run levels are built on, by normalised name (``_test_key``): the deployment
+# checks (every level), PCIe and GPU memory (level 2 on), the GEMM diagnostic, Targeted Stress and
+# Targeted Power (level 3 on) (dcgmi diag reference and DCGM's suite tables, docs/sources.md §13.1).
+# A level lists only the tests it runs, so any of these in the output belongs to the run and its
+# skip is never a pass. Any other test a level may list is SKU- or install-dependent (EUD, a
+# separately installed plugin; memory bandwidth, pulse, memtest where the SKU has no entry): its
+# skip is a note on the verdict.
+REQUIRED = frozenset({"software", "deployment", "pcie", "memory", "diagnostic", "targetedstress", "targetedpower"})
 
 
 @host_check("dcgm-diag", facts=["dcgm_diag"],
@@ -89,7 +105,7 @@ def dcgm_diag(host):
               + (f" ({len(diag.tests)} test(s) reported before it)" if diag.tests else ""), "dcgm-diag-hang",
               host.excerpt(PROBE_ID, r"^# preflight: dcgmi-diag", limit=2))
     _judge_run_messages(host, diag, v)
-    _judge_tests(host, diag, v)
+    _judge_tests(host, diag, v, level)
     _judge_coverage(host, diag, v)
     if not diag.tests and not v.fails and not v.errors:
         exit_code = run.exit_code if run else r.exit_code
@@ -101,7 +117,7 @@ def dcgm_diag(host):
     v.data.update(tests={t.name: t.status for t in diag.tests}, counts=counts)
     shape = f" ({diag.form}{', DCGM ' + diag.version if diag.version else ''})" if diag.form != "none" else ""
     head = f"{where}{shape}: {tally}"
-    summary = "; ".join([head] + v.errors + v.fails + v.warns)
+    summary = "; ".join([head] + v.errors + v.fails + v.warns + v.notes)
     evidence = list(dict.fromkeys(v.evidence))[:6]
     kw = dict(symptoms=v.symptoms, evidence=evidence, data=v.data, action=v.action)
     if v.errors and not v.fails:
@@ -114,12 +130,32 @@ def dcgm_diag(host):
               data=v.data)
 
 
+def _test_key(name: str) -> str:
+    """"GPU Memory", "memory" -> "memory"; "Targeted Power", "targeted_power" -> "targetedpower";
+    "EUD Test", "eud" -> "eud": the text table's names and DCGM 4's JSON names alike."""
+    key = re.sub(r"[^a-z0-9]", "", name.lower())
+    return {"gpumemory": "memory", "eudtest": "eud"}.get(key, key)
+
+
+def _possible(v: _Verdict, err: DcgmError | None) -> None:
+    """Name a cause that may explain a failure, as possible only (low confidence in the rules)."""
+    if err is None or not err.possible:
+        return
+    symptom = f"{err.possible}-possible"
+    if symptom not in v.symptoms:
+        v.symptoms.append(symptom)
+        v.fails.append(f"possibly {err.possible}, not established: a power limit or power brake holding the "
+                       f"GPU below the test's target is one explanation (nvidia-smi -q -d POWER shows the "
+                       f"enforced limit); {err.name} itself is the finding")
+
+
 class _Verdict:
     def __init__(self, table) -> None:
         self.table = table
         self.errors: list[str] = []
         self.fails: list[str] = []
         self.warns: list[str] = []
+        self.notes: list[str] = []  # said, but they change no verdict
         self.symptoms: list[str] = []
         self.evidence: list[Evidence] = []
         self.action: str | None = None
@@ -166,9 +202,10 @@ def _judge_run_messages(host, diag, v: _Verdict) -> None:
               _message_evidence(host, m), action=_next(err))
 
 
-def _judge_tests(host, diag, v: _Verdict) -> None:
+def _judge_tests(host, diag, v: _Verdict, level: int | None = None) -> None:
     gpus: dict = v.data["gpus"]
     skipped: list[str] = []
+    optional: list[str] = []
     for test in diag.tests:
         for result in test.results:
             gpus.setdefault("all" if result.gpu is None else result.gpu, {})[test.name] = result.status
@@ -182,13 +219,16 @@ def _judge_tests(host, diag, v: _Verdict) -> None:
             for text, err in _grouped(v, warnings) or [(f"no reason printed (status {test.status})", None)]:
                 v.add("fail", f"{test.name} failed{named}{also}: {text}", err.cause if err else "dcgm-diag-failed",
                       _test_evidence(host, test), action=_next(err))
+                _possible(v, err)
         elif test.status == "warn":
             for text, err in _grouped(v, warnings) or [("no reason printed", None)]:
                 v.add("warn", f"{test.name} warned{named}: {text}", err.cause if err else "dcgm-diag-failed",
                       _test_evidence(host, test), action=_next(err))
         elif test.status in ("skip", "not-run"):
             reason = "; ".join(m.text[:160] for m in test.messages if m.kind != "info")
-            skipped.append(f"{test.name} ({test.status}{': ' + reason if reason else ''})")
+            said = f"{test.name} ({test.status}{': ' + reason if reason else ''})"
+            required = _test_key(test.name) in REQUIRED or (test.category or "").lower() == "deployment"
+            (skipped if required else optional).append(said)
         elif test.status == "pass" and (warnings or coded_info):
             text, err = v.describe((warnings or coded_info)[0])
             v.add("warn", f"{test.name} passed while reporting {text}: not a clean pass",
@@ -199,6 +239,13 @@ def _judge_tests(host, diag, v: _Verdict) -> None:
         elif test.status == "pass" and named:
             v.add("fail", f"{test.name}: the test passed but GPU(s){named} did not", "dcgm-diag-failed",
                   _test_evidence(host, test))
+    if optional:
+        what = "the EUD plugin is installed separately, and " if any(o.startswith("EUD") or o.startswith("eud")
+                                                                    for o in optional) else ""
+        at = f" at level {level}" if level else ""
+        v.notes.append(f"not required{at}, so not judged: {'; '.join(optional)} ({what}a skip of a "
+                       "test the level does not require changes no verdict)")
+        v.data["optional_skipped"] = optional
     if skipped:
         judged = sum(1 for t in diag.tests if t.status not in ("skip", "not-run"))
         v.add("warn", f"{len(skipped)} test(s) not run, so not judged (a skip is not a pass): {'; '.join(skipped)}"

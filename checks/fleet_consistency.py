@@ -4,6 +4,10 @@ The most common value is taken as the fleet's; hosts on another one are named, g
 value, so an SRE reads "14 hosts on 580.126.20, 2 on 570.195.03 (gpu07, gpu12)". Driver and
 CUDA drift fails the odd hosts (mixed drivers break multi-node jobs and usually mean a
 forgotten upgrade); VBIOS drift only warns.
+
+A version whose evidence holds bytes that are not text (a NUL in the driver version) is not a
+version: the parser leaves it out (``unreadable`` of the report or GPU), and the host is said to
+be unreadable there (WARN ``probe-unreadable``), never compared, so it is no drift and no pass.
 """
 
 from collections import Counter
@@ -24,8 +28,12 @@ def group_summary(values: dict[str, str], noun: str) -> str:
     return ", ".join(parts)
 
 
-def compare(reports: dict, fields: dict, verdict, symptom: str):
-    """One outcome per host: pass where every field matches the fleet's majority."""
+def compare(reports: dict, fields: dict, verdict, symptom: str, unreadable: dict | None = None):
+    """One outcome per host: pass where every field matches the fleet's majority. ``unreadable``:
+    noun -> a function saying where that field of a report was unreadable (None: it was not)."""
+    unreadable = unreadable or {}
+    garbled = {h: [f"{noun} unreadable ({where})" for noun, why in unreadable.items() if (where := why(smi))]
+               for h, smi in reports.items()}
     odd: dict[str, list[str]] = {h: [] for h in reports}
     actions: dict[str, list[str]] = {h: [] for h in reports}
     groups = []
@@ -41,7 +49,10 @@ def compare(reports: dict, fields: dict, verdict, symptom: str):
                 actions[h].append(f"move {h} to {noun} {majority} (it runs {v})")
     fleet_view = "; ".join(groups)
     for host in reports:
-        if not odd[host]:
+        if garbled[host] and not odd[host]:
+            yield warn(f"{'; '.join(garbled[host])}: bytes that are not text in the evidence, so not compared "
+                       "with the fleet", host=host, symptoms=["probe-unreadable"])
+        elif not odd[host]:
             yield ok(f"same {' / '.join(fields)} as the fleet", host=host)
         else:
             yield verdict(f"{'; '.join(odd[host])} [{fleet_view}]", host=host, symptoms=[symptom],
@@ -55,7 +66,18 @@ def driver_consistency(fleet):
     if len(reports) < 2:
         return None
     return list(compare(reports, {"driver": lambda s: s.driver_version, "CUDA": lambda s: s.cuda_version},
-                        fail, "driver-version-drift"))
+                        fail, "driver-version-drift",
+                        {"driver": lambda s: _header_unreadable(s, "driver_version"),
+                         "CUDA": lambda s: _header_unreadable(s, "cuda_version")}))
+
+
+def _header_unreadable(smi, field: str) -> str | None:
+    return "nvidia-smi's report header" if field in smi.unreadable else None
+
+
+def _gpus_unreadable(smi, field: str) -> str | None:
+    where = [g.pci_bus_id or str(g.index) for g in smi.gpus if field in g.unreadable]
+    return f"GPU {', '.join(where)}" if where else None
 
 
 @fleet_check("vbios-consistency", facts=["smi"],
@@ -71,5 +93,6 @@ def vbios_consistency(fleet):
     for reports in by_model.values():
         if len(reports) >= 2:
             vbios = lambda s: ",".join(sorted({g.vbios_version for g in s.gpus if g.vbios_version})) or None  # noqa: E731
-            out += compare(reports, {"VBIOS": vbios}, warn, "vbios-drift")
+            out += compare(reports, {"VBIOS": vbios}, warn, "vbios-drift",
+                           {"VBIOS": lambda s: _gpus_unreadable(s, "vbios_version")})
     return out or None

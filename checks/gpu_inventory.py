@@ -7,10 +7,18 @@ counted differently (lspci listing more GPUs than the driver shows is itself a c
 the bus the driver lost). Driver and CUDA versions are known only from ``-q``. A count from
 lspci alone can fail a node (fewer GPUs on the bus than the platform has) but never pass it,
 and is not used at all when nvidia-smi ran and failed: then the driver's view is unknown.
+
+An ``nvidia-smi -q -x`` (or ``-q``) that broke off part-way (the tool died mid-way, or the capture was cut)
+is a finding of its own, whatever the count: it counts nothing (the GPUs before the cut are not
+the node's GPUs), so the count comes from another view, and the verdict is never a PASS: a WARN
+when ``nvidia-smi -q`` showed every GPU in its stead, else an ERROR naming what was not shown.
 """
 
-from preflight.check import fail, host_check, ok, skip, warn
+from dataclasses import replace
+
+from preflight.check import error, fail, host_check, ok, skip, warn
 from preflight.judge.context import EvidenceMissing
+from preflight.model import Status
 
 # Lines of each source that show the GPUs it counted, for evidence.
 _COUNT_LINES = {
@@ -22,9 +30,26 @@ _COUNT_LINES = {
 }
 
 
-@host_check("gpu-inventory", facts=["gpu_census", "smi", "smi_probe"],
+@host_check("gpu-inventory", facts=["gpu_census", "smi", "smi_probe", "smi_cut"],
             summary="GPU count and model against the platform profile; driver and CUDA versions")
 def gpu_inventory(host):
+    outcome = _inventory(host)
+    cut = host.optional("smi_cut")
+    if cut is None:
+        return outcome
+    symptoms = (*outcome.symptoms, "probe-truncated")
+    evidence = (*outcome.evidence, host.excerpt("nvidia-smi-q-x", r"<gpu id=|<attached_gpus>")
+                or host.excerpt("nvidia-smi-q", r"^GPU [0-9A-Fa-f]|Attached GPUs"))
+    evidence = tuple(e for e in evidence if e)
+    if host.smi_probe == "nvidia-smi-q" and host.smi.cut is None and outcome.status is Status.PASS:
+        return warn(f"{outcome.summary}; but {cut}: read nvidia-smi -q instead, which shows every GPU",
+                    symptoms=symptoms, evidence=evidence, data=outcome.data)
+    if outcome.status in (Status.PASS, Status.SKIP):
+        return error(f"{cut}; {outcome.summary}", symptoms=symptoms, evidence=evidence, data=outcome.data)
+    return replace(outcome, summary=f"{outcome.summary}; {cut}", symptoms=symptoms, evidence=evidence)
+
+
+def _inventory(host):
     census = host.gpu_census
     try:
         smi, smi_why = host.smi, None

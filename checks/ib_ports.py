@@ -13,8 +13,10 @@ into one ``IbInventory``; the finding names the one used).
 Ports of the platform's fabric NIC (profile ``nic.family``) fail; ports of other adapters (a
 storage or management NIC, an unused second port) only warn, since the profile does not say
 they must be up. A profile that expects NICs on a node listing no RDMA device fails
-(``nic-missing``: the driver did not bind, or the NICs are gone); a profile that expects none
-skips. When the tools are missing altogether the check cannot tell (ERROR).
+(``nic-missing``: the driver did not bind, or the NICs are gone), and so does one listing fewer
+of the fabric NIC than the profile's ``nic.count`` (counted over every device when the adapter
+families cannot be told): an ACTIVE port on each of 7 NICs is no pass of an 8-NIC node. A
+profile that expects none skips. When the tools are missing altogether the check cannot tell (ERROR).
 
 ``ib-link-degraded``: every ACTIVE port of the fabric NIC must run at the profile's
 ``nic.rate_gbps`` or above (400 NDR / 400GbE on ConnectX-7 HGX nodes, 800 XDR on ConnectX-8;
@@ -121,6 +123,9 @@ def ib_port_down(host):
     source = f"from {host.ib_probe}"
     fabric = host.profile.get("nic.family")
     outcomes = []
+    short = _too_few(host, inventory, families)
+    if short:
+        outcomes.append(short)
     if bad[True]:
         outcomes.append(fail(f"{len(bad[True])} {fabric} port(s) down: {'; '.join(bad[True])} ({source})",
                              symptoms=["ib-port-down"], evidence=evidence[True][:4],
@@ -139,6 +144,29 @@ def ib_port_down(host):
         outcomes.append(ok(f"{ports} port(s) on {len(inventory.devices)} device(s) ACTIVE/LinkUp ({source})",
                            evidence=[host.excerpt(host.ib_probe, r"State:|state:|PORT_ACTIVE", limit=2)]))
     return outcomes
+
+
+def _too_few(host, inventory, families):
+    """A FAIL when the node lists fewer fabric NICs than its profile's ``nic.count``, else None."""
+    want = host.profile.get("nic.count")
+    if not want:
+        return None
+    fabric = host.profile.get("nic.family")
+    known = fabric is not None and any(f is not None for f in families.values())
+    if known:
+        listed = [d.name for d in inventory.devices if _role(host, families.get(d.name))]
+        what = f"{fabric} NIC(s)"
+    else:
+        listed = [d.name for d in inventory.devices]
+        what = "RDMA device(s)"
+    if len(listed) >= want:
+        return None
+    return fail(f"{len(listed)} {what} listed, the {host.profile.name} has {want} (from {host.ib_probe}: "
+                f"{', '.join(listed) or 'none'})", symptoms=["nic-missing"],
+                evidence=[host.excerpt(host.ib_probe, r"hca_id|^CA '|Infiniband device '", limit=want)],
+                data={"expected_nics": want, "nics": listed, "source": host.ib_probe},
+                action="check lspci -d 15b3: for every NIC and dmesg | grep mlx5 for one the driver did not "
+                       "bind; reseat or replace a NIC missing from the bus, then re-run")
 
 
 @host_check("ib-link-degraded", facts=FACTS,

@@ -152,6 +152,11 @@ def _state(rep: Repetition, out: NcclProbeOutput) -> tuple[str, str]:
         # The tool printed its footer, so it says it ran its table, yet no result row reads:
         # the output is mangled, neither a pass nor a hang.
         return "unreadable", "an 'Avg bus bandwidth' footer but no result row could be read"
+    bad_rows = [n for run in rep.runs for n in run.notes if "could not read table row" in n]
+    if bad_rows:
+        # A result row that does not read (NaN or infinity where a count belongs, a mangled line)
+        # may be the very row that fails: the rest of the table is no pass of it.
+        return "unreadable", f"{len(bad_rows)} result row(s) could not be read ({bad_rows[0][:160]})"
     marked = rep.state()
     if marked is not None:
         if marked[0] == "failed" and rep.exit_code == 0 and not rep.errors and not rep.complete:

@@ -9,17 +9,20 @@ to differ, so only NICs of one model are compared.
 Normal vs faulty: within a node, two firmware versions on one model almost always mean a
 flash that stopped half way (or a replaced card never updated); across nodes, the minority
 version is the node someone forgot. Both fail: NCCL runs across every NIC of every node, and
-a mix is how "one node hangs now and then" starts. The fleet report is grouped, majority
-first ("ConnectX-8: 3 hosts on 40.46.1006, 1 on 40.44.1036 (gpu03)"); with no majority every
-host of the model is named. Whether the majority itself is right is ``nic-fw-driver-mismatch``'s
-question, and the action names the version the driver ships where the matrix knows it.
+a mix is how "one node hangs now and then" starts. A firmware string with bytes that are not
+text in it (a NUL) is not another version: the parser leaves it unknown, and the node WARNs
+that it is unreadable (``probe-unreadable``) instead of failing a mismatch or passing without
+it. The fleet report is grouped, majority first ("ConnectX-8: 3 hosts on 40.46.1006, 1 on
+40.44.1036 (gpu03)"); with no majority every host of the model is named. Whether the majority
+itself is right is ``nic-fw-driver-mismatch``'s question, and the action names the version the
+driver ships where the matrix knows it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from preflight.check import fail, fleet_check, host_check, ok, skip
+from preflight.check import fail, fleet_check, host_check, ok, skip, warn
 from preflight.judge.context import EvidenceMissing
 from preflight.knowledge.nic_matrix import judge
 from preflight.parse.versions import parse_version
@@ -43,6 +46,12 @@ def _by_model(nics) -> dict[str, list]:
         if nic.firmware:
             groups.setdefault(_model(nic), []).append(nic)
     return groups
+
+
+def _unreadable_firmware(host) -> list[str]:
+    """The RDMA parser's notes on firmware strings it could not read (bytes that are not text)."""
+    inventory = host.optional("ib")
+    return [n for n in (inventory.notes if inventory else ()) if ": fw_ver unreadable" in n]
 
 
 def _evidence(host, nic):
@@ -69,9 +78,14 @@ def nic_fw_inconsistent(host):
             raise
         return skip(f"no NIC evidence and the profile expects no NIC ({host.profile.why})")
     groups = _by_model(nics)
-    if not groups:
+    garbled = _unreadable_firmware(host)
+    if not groups and not garbled:
         return skip("no NIC with a readable firmware version")
     outcomes, same = [], []
+    if garbled:
+        outcomes.append(warn(f"firmware unreadable, not compared: {'; '.join(garbled)} (from {host.ib_probe})",
+                             symptoms=["probe-unreadable"],
+                             evidence=[host.excerpt(host.ib_probe, FW_LINES, limit=8)]))
     for model, members in groups.items():
         counts = Counter(n.firmware for n in members).most_common()
         if len(counts) == 1:
@@ -89,8 +103,11 @@ def nic_fw_inconsistent(host):
             data={"model": model, "versions": dict(counts)},
             action=f"flash {', '.join(m.name for m in odd)} ({model}) to {target} with mlxfwmanager -u, "
                    "reboot, re-run nccl all_reduce"))
-    return outcomes or ok(f"one firmware per model: {'; '.join(same)} (from {nics[0].source})",
-                          evidence=[host.excerpt(nics[0].source, FW_LINES, limit=4)])
+    if not any(o.status.value == "fail" for o in outcomes) and same:
+        outcomes.append(ok(f"one firmware per model: {'; '.join(same)} (from {nics[0].source})"
+                           + (" among the NICs whose firmware could be read" if garbled else ""),
+                           evidence=[host.excerpt(nics[0].source, FW_LINES, limit=4)]))
+    return outcomes
 
 
 @fleet_check("nic-fw-fleet-consistency", facts=FACTS,

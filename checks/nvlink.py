@@ -19,8 +19,11 @@ without NVLink. The generic profile has no link count, speed or NV# to hold a no
 hybrid cube mesh mixes NV1/NV2 by design), so there only the link states that are a fault on
 any platform are judged: an SXM GPU with some links up and others inactive, or a GPU with fewer
 links up than a peer of its model; PCIe cards with NVLink bridges leave links inactive by
-design and are never failed for it (checks/_link_states.py). Either probe alone is enough to
-judge; with both missing the check cannot tell.
+design and are never failed for it (checks/_link_states.py). Where every GPU's product name is
+an SXM part of ``playbooks/nvlink_parts.yaml`` (V100/A100/A800-SXM, H100/H200/H800 SXM, B200),
+the part itself is the expectation: it has NVLink, so all links inactive is a fault (not "no
+expectation"), and where the table gives the part's link count, fewer links listed is one too.
+Either probe alone is enough to judge; with both missing the check cannot tell.
 On B300 the links train in hardware whatever the fabric state, so all-active links do not
 prove the fabric usable there: the ``fabric-manager`` check judges that side.
 """
@@ -32,6 +35,7 @@ from itertools import combinations
 
 from preflight.check import error, fail, host_check, ok, skip
 from preflight.judge.context import EvidenceMissing
+from preflight.knowledge.nvlink_parts import NvlinkPart, part_of
 from preflight.model import Evidence
 
 from ._link_states import judge_states
@@ -128,9 +132,12 @@ def _without_figures(host, status, missing):
     reasons = {g.reason for g in gpus}
     if not gpus or reasons <= {"mig-mode", "no-nvlink", "error"}:
         return skip(f"no NVLink expectation for this platform, and no link states to judge: {why}")
+    excerpt = " (a pasted excerpt: other GPUs not shown)" if status.excerpt else ""
+    part = _common_part(gpus)
+    if part is not None and (len(gpus) > 1 or status.excerpt):
+        return _judge_part(host, status, part, excerpt)
     states = judge_states(gpus)
     data = {"gpus": len(gpus), "problems": list(states.problems), "by_design": list(states.by_design)}
-    excerpt = " (a pasted excerpt: other GPUs not shown)" if status.excerpt else ""
     if states.problems:
         return fail("; ".join(_capped(list(states.problems))) + excerpt, symptoms=["nvlink-down"],
                     evidence=[Evidence(STATUS, _status_excerpt(host.result(STATUS).text, states.bad_links))],
@@ -144,6 +151,55 @@ def _without_figures(host, status, missing):
         return skip("1 GPU: NVLink not applicable")
     return ok(f"{states.judged} GPUs: all {states.active} listed links active; link count, speed and "
               f"topology not judged without a platform figure ({why}){excerpt}", data=data)
+
+
+def _common_part(gpus) -> NvlinkPart | None:
+    """The SXM part every listed GPU is (playbooks/nvlink_parts.yaml), or None."""
+    found = {part_of(g.name) for g in gpus}
+    return found.pop() if len(found) == 1 else None
+
+
+def _judge_part(host, status, part: NvlinkPart, excerpt: str):
+    """Link states and counts of a node of one SXM part, with no platform profile: the part has
+    NVLink (and, where the table says, ``links_per_gpu`` links)."""
+    want = part.links_per_gpu
+    problems: list[str] = []
+    bad: dict[int, set[int] | None] = {}
+    judged = 0
+    for g in status.gpus:
+        label = f"GPU{g.index} ({g.name})"
+        if g.reason == "all-links-inactive":
+            problems.append(f"{label}: all links inactive ({g.message})")
+            bad[g.index] = None
+            continue
+        if not g.links:
+            continue  # MIG mode or an error line: not judged
+        judged += 1
+        inactive = [link.number for link in g.links if not link.active]
+        if inactive:
+            rest = "while its other links are up" if g.active_count else "none of its links up"
+            problems.append(f"{label}: {len(inactive)} of {len(g.links)} links inactive "
+                            f"(link {', '.join(map(str, inactive))}) {rest}")
+        if want and len(g.links) < want and not status.excerpt:
+            problems.append(f"{label}: {len(g.links)} of {want} links listed")
+        if inactive or (want and len(g.links) < want):
+            bad[g.index] = set(inactive)
+    counts = sorted({len(g.links) for g in status.gpus if g.links})
+    expected = f"{want} links per GPU" if want else "NVLink (link count not known from a source: not judged)"
+    basis = f"the {part.family} has {expected}, from its form factor; no platform profile matched ({host.profile.why})"
+    data = {"gpus": len(status.gpus), "part": part.family, "links_per_gpu": want, "problems": problems,
+            "source": part.source}
+    if problems:
+        return fail("; ".join(_capped(problems)) + f" [{basis}]{excerpt}", symptoms=["nvlink-down"],
+                    evidence=[Evidence(STATUS, _status_excerpt(host.result(STATUS).text, bad))], data=data,
+                    action=ACTION)
+    if not judged:
+        return skip(f"NVLink not judged: no GPU listed its links [{basis}]{excerpt}", data=data)
+    if not want and len(counts) > 1:
+        return fail(f"GPUs of one part list different link counts ({'/'.join(map(str, counts))}) "
+                    f"[{basis}]{excerpt}", symptoms=["nvlink-down"], data=data, action=ACTION)
+    return ok(f"{judged} GPUs x {'/'.join(map(str, counts))} links active [{basis}; speed and topology not "
+              f"judged without a platform figure]{excerpt}", data=data)
 
 
 def _fact(host, name: str):

@@ -64,6 +64,13 @@ def nvlink_errors(host):
         return warn(f"NVLink errors corrected by replay: {found} (counted since driver load)",
                     symptoms=["nvlink-errors"], evidence=evidence, data=data, action=WARN_ACTION)
     gpus = f"{len(counted)} GPU" + ("s" if len(counted) > 1 else "")
+    unreadable = [n for n in report.notes if "unreadable counter" in n]
+    if unreadable:
+        # A counter whose value is not a number (a damaged capture, another script's digit) may
+        # hold anything: the others being zero is no pass of it.
+        return warn(f"{len(unreadable)} NVLink error counter(s) unreadable: {'; '.join(unreadable[:4])}; the "
+                    f"{links} links read otherwise show zero", symptoms=["probe-unreadable"], data=data,
+                    evidence=[host.excerpt(ERRORS, r"Errors?:", limit=4)])
     return ok(f"all NVLink error counters zero ({links} links on {gpus})", data=data)
 
 

@@ -31,6 +31,12 @@ is no second opinion. Hence, for GPUs:
 - a max generation below the GPU's own (``Device Max``; the slot or host allows less) -> WARN:
   the link runs as fast as the platform lets it, but slower than the GPU can.
 
+A GPU seen from inside a virtual machine (nvidia-smi's Virtualization Mode ``Pass-Through`` or
+``VGPU``, NVML's guest modes) shows the link of the guest's virtual PCIe slot, which the hypervisor
+models: a cloud VM's GPU at x8 of x16 says what the guest's slot is, not that the card or its riser
+is faulty. There a link below its max is a WARN that says so (check the link on the host, or ask
+the provider), never a FAIL; on bare metal (``None``) it stays a FAIL.
+
 ConnectX NICs are not known to lower their link when idle (mlx5 has no such power state in
 preflight's sources), so a NIC that lspci shows "(downgraded)" fails.
 
@@ -97,11 +103,12 @@ def pcie_link(host):
         raise max(missing, key=lambda e: (e.collected, len(e.symptoms)))
     gpus = {address_key(g.pci_bus_id): g for g in (smi.gpus if smi else ()) if address_key(g.pci_bus_id)}
     busy = {key for key, g in gpus.items() if g.performance_state == BUSY_STATE}
+    guests = {key for key, g in gpus.items() if g.in_guest}
     v = _Verdicts()
     if smi is not None:
         _judge_smi(smi.gpus, v, host.smi_probe)
     if devices is not None:
-        _judge_lspci(devices, gpus, busy, v)
+        _judge_lspci(devices, gpus, busy, v, guests)
     if log is not None:
         _judge_kernel(log, gpus, devices or (), v)
 
@@ -159,7 +166,11 @@ def _judge_smi(gpus, v: _Verdicts, probe: str) -> None:
         label = _gpu_label(gpu)
         lines.append(f"{label}: {state}, PCIe {now}, max {best}"
                      + (f", GPU supports Gen{p.gen_device_max}" if p.gen_device_max else ""))
-        if below and gpu.performance_state == BUSY_STATE:
+        if below and gpu.performance_state == BUSY_STATE and gpu.in_guest:
+            v.warned.append(f"{label} in P0 at {now} of {best} (nvidia-smi) {_guest_reason(gpu)}")
+            v.devices.append(label)
+            v.failed_gpus.add(address_key(gpu.pci_bus_id))
+        elif below and gpu.performance_state == BUSY_STATE:
             v.failed.append(f"{label} in P0 at {now} of {best} (nvidia-smi)")
             v.devices.append(label)
             v.failed_gpus.add(address_key(gpu.pci_bus_id))
@@ -182,6 +193,12 @@ def _judge_smi(gpus, v: _Verdicts, probe: str) -> None:
         v.evidence.append(Evidence(probe, "\n".join(lines)))
 
 
+def _guest_reason(gpu) -> str:
+    return (f"inside a virtual machine (Virtualization Mode: {gpu.virtualization_mode}): the link is the "
+            "guest's virtual slot's, which the hypervisor sets, not necessarily the card's; check the link "
+            "on the host (or with the provider)")
+
+
 def _lnk(speed_gts, width) -> str:
     return f"{f'{speed_gts:g}' if speed_gts else '?'}GT/s x{width or '?'}"
 
@@ -190,7 +207,7 @@ def _less(value, limit) -> bool:
     return value is not None and limit is not None and value < limit
 
 
-def _judge_lspci(devices, gpus: dict, busy: set, v: _Verdicts) -> None:
+def _judge_lspci(devices, gpus: dict, busy: set, v: _Verdicts, guests: set = frozenset()) -> None:
     full_nics, shown, anonymous = 0, [], 0
     for d in devices:
         key = address_key(d.bdf)
@@ -214,7 +231,10 @@ def _judge_lspci(devices, gpus: dict, busy: set, v: _Verdicts) -> None:
             v.devices.append(what)
             shown.append(f"{d.bdf} {desc}: LnkSta {sta}, LnkCap {cap}")
         elif key in busy:
-            if key not in v.failed_gpus:  # else lspci only confirms what nvidia-smi said
+            if key in guests and key not in v.failed_gpus:
+                v.warned.append(f"{what} in P0 at {sta} of {cap} (lspci: downgraded) {_guest_reason(gpus[key])}")
+                v.devices.append(what)
+            elif key not in v.failed_gpus:  # else lspci only confirms what nvidia-smi said
                 v.failed.append(f"{what} in P0 at {sta} of {cap} (lspci: downgraded)")
                 v.devices.append(what)
             shown.append(f"{d.bdf} {desc}: LnkSta {sta}, LnkCap {cap}")
@@ -247,7 +267,10 @@ def _judge_kernel(log, gpus: dict, devices, v: _Verdicts) -> None:
         if not narrow and p.speed_gts in (None, GPU_BOOT_SPEED_GTS) and kind != "NIC":
             v.info.append(f"{said}: NVIDIA GPUs enumerate at 2.5 GT/s until their driver raises the link")
             continue
-        (v.failed if kind != "device" else v.warned).append(said)
+        guest = gpus.get(key) if key in gpus and gpus[key].in_guest else None
+        if guest is not None:
+            said = f"{said} {_guest_reason(guest)}"
+        (v.failed if kind != "device" and guest is None else v.warned).append(said)
         v.devices.append(f"{what} (bottleneck at {p.limited_at})")
         lines.append(e.raw.strip())
     if lines:

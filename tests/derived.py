@@ -19,9 +19,19 @@ H200_XML = CORPUS / "h200-vm" / "smi-q.xml"
 _BUSES = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
 
 
+# The capture is of a VM: its GPU is passed through ("Virtualization Mode: Pass-Through"). The
+# HGX node these helpers make is bare metal, and prints "None" there, as the real bare-metal
+# captures in the corpus do (smi-q/a100-sxm4-80gb-drv535-q-x-dtd-v12.txt, rtx4000-sff-ada-...);
+# ``vm=True`` keeps the capture's own value.
+_PASSTHROUGH_XML = "<virtualization_mode>Pass-Through</virtualization_mode>"
+_PASSTHROUGH_TEXT = re.compile(r"(Virtualization Mode\s+: )Pass-Through")
+
+
 def h200_node_xml(gpus: int = 8, driver: str | None = None, cuda: str | None = None,
-                  fabric: bool = True) -> str:
+                  fabric: bool = True, vm: bool = False) -> str:
     text = H200_XML.read_text()
+    if not vm:
+        text = text.replace(_PASSTHROUGH_XML, "<virtualization_mode>None</virtualization_mode>")
     head, rest = text.split("\t<gpu id=", 1)
     block, tail = ("\t<gpu id=" + rest).rsplit("</gpu>", 1)
     block += "</gpu>"
@@ -54,9 +64,11 @@ def _hgx_fabric(smi: str, gpus: int) -> str:
 H200_TEXT = CORPUS / "h200-vm" / "smi-q.txt"
 
 
-def h200_node_text(gpus: int = 8, driver: str | None = None) -> str:
+def h200_node_text(gpus: int = 8, driver: str | None = None, vm: bool = False) -> str:
     """The text `nvidia-smi -q` of the same node: the real GPU section repeated per GPU."""
     text = H200_TEXT.read_text()
+    if not vm:
+        text = _PASSTHROUGH_TEXT.sub(r"\g<1>None", text)
     head, block = text.split("GPU 00000000:00:06.0", 1)
     block = "GPU 00000000:00:06.0" + block
     blocks = []

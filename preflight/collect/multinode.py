@@ -357,9 +357,11 @@ def gpus_of(results: Mapping[str, ProbeResult]) -> int | None:
             return gpus
     if smi is not None and smi.ok:
         try:
-            return len(parse_smi_xml(smi.text).gpus) or None
+            report = parse_smi_xml(smi.text)
         except ParseError:
             return None
+        # An output cut short shows the GPUs before the cut, not the host's: no count.
+        return (len(report.gpus) or None) if report.cut is None else None
     return None
 
 

@@ -14,6 +14,7 @@ from preflight.check import Outcome
 from preflight.collect.probes import PROBES as PROBES_BY_ID
 from preflight.contracts import SLURM_ERROR
 from preflight.evidence.bundle import Bundle, reachability
+from preflight.judge import partial
 from preflight.judge.census import COMMANDS
 from preflight.judge.context import EvidenceMissing, FleetContext, HostContext
 from preflight.judge.figures import HISTORY_FACT, readings_of
@@ -173,16 +174,19 @@ def _crashed(check: Check, host: str | None, exc: BaseException) -> Finding:
 
 def _run_host_check(check: Check, ctx: HostContext) -> list[Finding]:
     try:
+        ctx.forget_reads()
         # A host check speaks of its own host only.
         outcomes = outcomes_of(check.func(ctx), hosts=(ctx.name,))
+        if not outcomes:
+            outcomes = [Outcome(Status.SKIP, "nothing to check")]
+        # What a check read from output that broke off part-way passes nothing it did not show.
+        outcomes = partial.mark(outcomes, check.facts, ctx.reads(), ctx.derived())
     except EvidenceMissing as exc:
         if not exc.collected:
             return [Finding(check.id, ctx.name, Status.SKIP, f"not judged: {exc}")]
         return [Finding(check.id, ctx.name, Status.ERROR, f"cannot judge: {exc}", exc.symptoms, exc.evidence)]
     except Exception as exc:  # noqa: BLE001 - a broken check is reported, not fatal
         return [_crashed(check, ctx.name, exc)]
-    if not outcomes:
-        return [Finding(check.id, ctx.name, Status.SKIP, "nothing to check")]
     return [_finding(check, ctx.name, o) for o in outcomes]
 
 

@@ -87,7 +87,10 @@ def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
     named: list[tuple[str, tuple[str, ...]]] = []
     if smi is not None:
         probe, report = smi
-        counts.append(SourceCount(probe, len(report.gpus)))
+        if report.cut is None:
+            # A report cut short counts the GPUs shown before the cut, not the node's: it names
+            # the model, and the count comes from another view (or none).
+            counts.append(SourceCount(probe, len(report.gpus)))
         named.append((probe, tuple(g.name for g in report.gpus if g.name)))
     if nvlink is not None and nvlink.gpus:
         named.append(("nvidia-smi-nvlink-status", tuple(g.name for g in nvlink.gpus if g.name)))

@@ -38,8 +38,18 @@ class HostContext:
         """The probe's output; raises EvidenceMissing unless it ran cleanly."""
         r = self.probes.get(probe)
         if r is None or not r.ok:
-            raise why_missing(r, probe)
+            raise why_missing(r, probe, self.answered_by_tool(probe))
         return r.text
+
+    def answered_by_tool(self, probe: str) -> tuple[str, ...]:
+        """The other probes run by the same program as ``probe`` (its command's first word; a
+        ``sh -c`` script says nothing of one) that returned output on this host."""
+        r = self.probes.get(probe)
+        tool = r.command[0] if r is not None and r.command else None
+        if tool in (None, "sh", "bash"):
+            return ()
+        return tuple(p for p, other in self.probes.items()
+                     if p != probe and other.command[:1] == (tool,) and other.ok and other.stdout)
 
     def first_text(self, *probes: str) -> tuple[str, str]:
         """The first of several alternative probes that ran cleanly: (probe id, text)."""
@@ -76,6 +86,7 @@ class HostContext:
         declared = FACTS.get(name)
         if declared is None or name.startswith("__"):
             raise AttributeError(f"{type(self).__name__} has no attribute or fact {name!r}")
+        self.__dict__.setdefault("_reads", set()).add(name)
         cache = self.__dict__.setdefault("_derived", {})
         if name not in cache:
             try:
@@ -86,6 +97,18 @@ class HostContext:
         if not ok:
             raise value
         return value
+
+    def derived(self) -> dict[str, tuple[bool, object]]:
+        """The facts derived so far: name -> (True, value) or (False, the EvidenceMissing)."""
+        return self.__dict__.setdefault("_derived", {})
+
+    def reads(self) -> set[str]:
+        """The facts asked for since the last ``forget_reads`` (a check's own reads, for
+        preflight.judge.partial)."""
+        return set(self.__dict__.get("_reads", ()))
+
+    def forget_reads(self) -> None:
+        self.__dict__["_reads"] = set()
 
     def optional(self, name: str):
         """A fact, or None when its evidence is missing."""

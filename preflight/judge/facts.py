@@ -1,11 +1,12 @@
 """Every parsed fact a check can read, declared once with the probes it comes from.
 
-A fact is a function of a ``HostContext`` marked with ``@fact(name, probes=..., needs=...)``:
-``probes`` are the raw outputs it parses, ``needs`` the other facts it builds on. A check
-names the facts it reads (``@host_check(..., facts=["smi"])``) and the run derives from this
-table which probes to collect, so no probe list is written twice. ``reads`` names facts used
-only when the bundle already holds their evidence; a run does not collect them for it. Adding a tool's evidence
-is a probe (``preflight.collect.probes``), a parser (``preflight.parse``) and a fact here.
+A fact is a function of a host's evidence (``HostEvidence``; in a run, the ``HostContext``)
+marked with ``@fact(name, probes=..., needs=...)``: ``probes`` are the raw outputs it parses,
+``needs`` the other facts it builds on. A check names the facts it reads
+(``@host_check(..., facts=["smi"])``) and the run derives from this table which probes to
+collect, so no probe list is written twice. ``reads`` names facts used only when the bundle
+already holds their evidence; a run does not collect them for it. Adding a tool's evidence is a
+probe (``preflight.collect.probes``), a parser (``preflight.parse``) and a fact here.
 
 A fact whose evidence is missing or unreadable raises ``EvidenceMissing``; the analysis turns
 that into the check's ERROR (or SKIP, when the bundle never held the probe) with the reason.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from preflight.collect.dcgm import DISCOVERY_PROBE_ID as DCGM_DISCOVERY_PROBE
 from preflight.collect.dcgm import HEALTH_PROBE_ID as DCGM_HEALTH_PROBE
@@ -24,6 +25,7 @@ from preflight.collect.dcgm import PROBE_ID as DCGM_PROBE
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE
 from preflight.collect.probes import IB_COUNTERS, IB_COUNTERS_AFTER
 from preflight.judge.census import GpuCensus, gpu_census
+from preflight.judge.evidence_view import HostEvidence
 from preflight.judge.missing import EvidenceMissing, why_missing
 from preflight.knowledge import nic_matrix
 from preflight.model import Evidence
@@ -44,16 +46,13 @@ from preflight.parse import (
 from preflight.parse.nccl_probe import parse_probe_output
 from preflight.parse.smi_records import SmiReport
 
-if TYPE_CHECKING:  # the context reads this table; facts only receive contexts
-    from preflight.judge.context import HostContext
-
 
 @dataclass(frozen=True)
 class Fact:
     name: str
     probes: tuple[str, ...]  # read directly, in order of preference
     needs: tuple[str, ...]  # facts it builds on
-    derive: Callable[[HostContext], Any]
+    derive: Callable[[HostEvidence], Any]
     doc: str
     # Facts read only when the bundle already holds their evidence: not planned for a run.
     reads: tuple[str, ...] = ()
@@ -63,7 +62,7 @@ FACTS: dict[str, Fact] = {}
 
 
 def fact(name: str, *, probes: Iterable[str] = (), needs: Iterable[str] = (), reads: Iterable[str] = ()):
-    def declare(derive: Callable[[HostContext], Any]) -> Callable[[HostContext], Any]:
+    def declare(derive: Callable[[HostEvidence], Any]) -> Callable[[HostEvidence], Any]:
         if name in FACTS:
             raise ValueError(f"fact {name!r} declared twice")
         doc = (derive.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
@@ -89,7 +88,7 @@ def probes_of(names: Iterable[str]) -> set[str]:
     return probes
 
 
-def _parsed(ctx: HostContext, parse: Callable[[str], Any], *probes: str) -> tuple[str, Any]:
+def _parsed(ctx: HostEvidence, parse: Callable[[str], Any], *probes: str) -> tuple[str, Any]:
     probe, text = ctx.first_text(*probes)
     return probe, _read(probe, text, parse)
 
@@ -110,54 +109,73 @@ def _strongest(failures: list[EvidenceMissing]) -> EvidenceMissing:
 # ---- GPUs ------------------------------------------------------------------------------
 
 @fact("smi_evidence", probes=("nvidia-smi-q-x", "nvidia-smi-q"))
-def _smi_evidence(ctx: HostContext) -> tuple[str, SmiReport]:
-    """(probe, SmiReport): the XML probe, else the text one; an XML that is there but
-    unreadable (cut mid-file) falls back to the text, its reason kept in the report's notes."""
+def _smi_evidence(ctx: HostEvidence) -> tuple[str, SmiReport, str | None]:
+    """(probe, SmiReport, what cut the XML short or None): the XML probe, else the text one. An
+    XML that is there but unreadable, or that broke off before its last GPU, gives way to a
+    whole text report when there is one, its reason kept in the report's notes; a cut XML with
+    no text to stand in is the report, holding the GPUs it showed (``SmiReport.cut``)."""
     probe, text = ctx.first_text("nvidia-smi-q-x", "nvidia-smi-q")
     if probe == "nvidia-smi-q":
-        return probe, _read(probe, text, nvidia_smi.parse_smi_text)
+        report = _read(probe, text, nvidia_smi.parse_smi_text)
+        return probe, report, report.cut
+    fallback = ctx.result("nvidia-smi-q")
     try:
-        return probe, _read(probe, text, nvidia_smi.parse_smi_xml)
+        report = _read(probe, text, nvidia_smi.parse_smi_xml)
     except EvidenceMissing as unreadable:
-        fallback = ctx.result("nvidia-smi-q")
         if fallback is None or not fallback.ok:
             raise
         report = _read("nvidia-smi-q", fallback.text, nvidia_smi.parse_smi_text)
-        return "nvidia-smi-q", replace(report, notes=report.notes + (f"{unreadable}; read nvidia-smi-q instead",))
+        return "nvidia-smi-q", replace(report, notes=report.notes + (f"{unreadable}; read nvidia-smi-q instead",)), None
+    if report.cut is None or fallback is None or not fallback.ok:
+        return probe, report, report.cut
+    try:
+        whole = _read("nvidia-smi-q", fallback.text, nvidia_smi.parse_smi_text)
+    except EvidenceMissing:
+        return probe, report, report.cut
+    if len(whole.gpus) <= len(report.gpus):
+        return probe, report, report.cut  # the text shows no more than the cut XML did
+    return "nvidia-smi-q", replace(whole, notes=whole.notes + (f"{report.cut}; read nvidia-smi-q instead",)), report.cut
 
 
 @fact("smi", needs=("smi_evidence",))
-def _smi(ctx: HostContext) -> SmiReport:
+def _smi(ctx: HostEvidence) -> SmiReport:
     """GPU inventory and health (``SmiReport``), from ``nvidia-smi -q -x``, else ``-q``."""
     return ctx.smi_evidence[1]
 
 
 @fact("smi_probe", needs=("smi_evidence",))
-def _smi_probe(ctx: HostContext) -> str:
+def _smi_probe(ctx: HostEvidence) -> str:
     """Which probe the ``smi`` fact came from, for evidence excerpts."""
     return ctx.smi_evidence[0]
 
 
+@fact("smi_cut", needs=("smi_evidence",))
+def _smi_cut(ctx: HostEvidence) -> str | None:
+    """What cut the nvidia-smi report short (the tool died mid-way, or the capture was cut), in
+    words: the XML's, even when a whole ``-q`` stood in for it, else the text's; None when whole."""
+    return ctx.smi_evidence[2]
+
+
 @fact("topo", probes=("nvidia-smi-topo",))
-def _topo(ctx: HostContext) -> topo.TopoMatrix:
+def _topo(ctx: HostEvidence) -> topo.TopoMatrix:
     """``TopoMatrix`` from ``nvidia-smi topo -m``."""
     return _parsed(ctx, topo.parse_topo, "nvidia-smi-topo")[1]
 
 
 @fact("nvlink_status", probes=("nvidia-smi-nvlink-status",))
-def _nvlink_status(ctx: HostContext) -> nvlink.NvlinkStatus:
+def _nvlink_status(ctx: HostEvidence) -> nvlink.NvlinkStatus:
     """``NvlinkStatus`` from ``nvidia-smi nvlink --status``."""
     return _parsed(ctx, nvlink.parse_nvlink_status, "nvidia-smi-nvlink-status")[1]
 
 
 @fact("nvlink_errors", probes=("nvidia-smi-nvlink-errors",))
-def _nvlink_errors(ctx: HostContext) -> nvlink.NvlinkErrors:
+def _nvlink_errors(ctx: HostEvidence) -> nvlink.NvlinkErrors:
     """``NvlinkErrors`` from ``nvidia-smi nvlink -e``."""
     return _parsed(ctx, nvlink.parse_nvlink_errors, "nvidia-smi-nvlink-errors")[1]
 
 
 @fact("lspci", probes=("lspci",))
-def _lspci(ctx: HostContext):
+def _lspci(ctx: HostEvidence):
     """PCI devices with link capability and status, from ``lspci -vvv``."""
     return _parsed(ctx, lspci.parse_lspci, "lspci")[1]
 
@@ -166,7 +184,7 @@ def _lspci(ctx: HostContext):
 # already has would slow every run. The other views are read when the bundle holds them, which
 # is the case this fact exists for (a user's bundle without -q).
 @fact("gpu_census", needs=("smi_evidence",), reads=("nvlink_status", "topo", "lspci"))
-def _gpu_census(ctx: HostContext) -> GpuCensus:
+def _gpu_census(ctx: HostEvidence) -> GpuCensus:
     """``GpuCensus``: how many GPUs, and which model, from nvidia-smi -q, else (when the bundle
     has them) nvidia-smi nvlink --status, topo -m and lspci (preflight.judge.census); missing
     only when none of them is there."""
@@ -178,18 +196,19 @@ def _gpu_census(ctx: HostContext) -> GpuCensus:
             failures.append(exc)
     if not readings:
         raise _strongest(failures)
-    return gpu_census(readings.get("smi_evidence"), readings.get("nvlink_status"),
+    smi = readings.get("smi_evidence")
+    return gpu_census(smi[:2] if smi else None, readings.get("nvlink_status"),
                       readings.get("topo"), readings.get("lspci"))
 
 
 @fact("kernel_log", probes=("kernel-log",))
-def _kernel_log(ctx: HostContext) -> kernel_log.KernelLog:
+def _kernel_log(ctx: HostEvidence) -> kernel_log.KernelLog:
     """``KernelLog`` (Xid/SXid, GSP, mlx5, PCIe events) from ``dmesg`` / ``journalctl -k``."""
     return _parsed(ctx, kernel_log.parse_kernel_log, "kernel-log")[1]
 
 
 @fact("nccl", probes=(NCCL_PROBE,))
-def _nccl(ctx: HostContext):
+def _nccl(ctx: HostEvidence):
     """``NcclProbeOutput`` (repetitions, their runs, NCCL log signatures) of the nccl-all-reduce
     probe. Output its overall timeout cut short is still read: up to the cut, it is the
     evidence of a hang."""
@@ -204,7 +223,7 @@ def _nccl(ctx: HostContext):
         try:
             return parse_probe_output(r.text, cut_off=True)
         except ParseError:
-            raise why_missing(r, NCCL_PROBE) from None
+            raise why_missing(r, NCCL_PROBE, ctx.answered_by_tool(NCCL_PROBE)) from None
     return _parsed(ctx, parse_probe_output, NCCL_PROBE)[1]
 
 
@@ -215,7 +234,7 @@ _IB_SOURCES = (("ibv-devinfo", ibverbs.parse_ibv_devinfo), ("ibstat", ibverbs.pa
 
 
 @fact("ib_evidence", probes=tuple(p for p, _ in _IB_SOURCES))
-def _ib_evidence(ctx: HostContext) -> tuple[str, ibverbs.IbInventory]:
+def _ib_evidence(ctx: HostEvidence) -> tuple[str, ibverbs.IbInventory]:
     """(probe, IbInventory) from the first of ibv_devinfo, ibstat, sysfs that reads."""
     failures: list[EvidenceMissing] = []
     unreadable: list[str] = []
@@ -230,10 +249,12 @@ def _ib_evidence(ctx: HostContext) -> tuple[str, ibverbs.IbInventory]:
         try:
             inventory = _parsed(ctx, parse, probe)[1]
         except EvidenceMissing as exc:
-            failures.append(exc)
-            if "probe-unreadable" in exc.symptoms:
-                unreadable.append(str(exc))
-            continue
+            inventory = _failed_part_way(r, parse) if probe in ("ibstat", "ibv-devinfo") else None
+            if inventory is None:
+                failures.append(exc)
+                if "probe-unreadable" in exc.symptoms:
+                    unreadable.append(str(exc))
+                continue
         if unreadable:
             inventory = replace(inventory, notes=inventory.notes + tuple(
                 f"{u}; read {probe} instead" for u in unreadable))
@@ -241,45 +262,64 @@ def _ib_evidence(ctx: HostContext) -> tuple[str, ibverbs.IbInventory]:
     raise _strongest(failures)
 
 
+def _failed_part_way(r, parse: Callable[[str], Any]) -> ibverbs.IbInventory | None:
+    """What a tool that exited with an error after listing some devices had listed (ibstat stops
+    with ``ibpanic: ... stat of IB device 'mlx5_8' failed`` and exit 255, its devices before
+    that on stdout), with the failure said; None when it listed none, or did not fail so."""
+    if r is None or r.stdout is None or r.ok or r.timed_out or r.tool_missing or r.error:
+        return None
+    try:
+        inventory = parse(r.text)
+    except ParseError:
+        return None
+    if not inventory.devices:
+        return None
+    said = (r.stderr.strip().splitlines() or [""])[-1][:200]
+    cut = (f"{' '.join(r.command) or inventory.source} exited with code {r.exit_code} after listing "
+           f"{', '.join(d.name for d in inventory.devices)}" + (f" ({said})" if said else "")
+           + ": the devices after them were not listed")
+    return replace(inventory, notes=(*inventory.notes, cut), cut=cut)
+
+
 @fact("ib", needs=("ib_evidence",))
-def _ib(ctx: HostContext) -> ibverbs.IbInventory:
+def _ib(ctx: HostEvidence) -> ibverbs.IbInventory:
     """RDMA devices and ports (``IbInventory``) from ``ibv_devinfo -v``, else ``ibstat``, else
     sysfs; an earlier source that was there but unreadable is named in its ``notes``."""
     return ctx.ib_evidence[1]
 
 
 @fact("ib_probe", needs=("ib_evidence",))
-def _ib_probe(ctx: HostContext) -> str:
+def _ib_probe(ctx: HostEvidence) -> str:
     """Which probe the ``ib`` fact came from: ibv-devinfo, else ibstat, else ib-sysfs."""
     return ctx.ib_evidence[0]
 
 
 @fact("ethtool", probes=("ethtool-i",))
-def _ethtool(ctx: HostContext):
+def _ethtool(ctx: HostEvidence):
     """``EthtoolInfo`` per mlx5 netdev, from the ``ethtool-i`` probe."""
     return _parsed(ctx, mlnx.parse_ethtool_i, "ethtool-i")[1]
 
 
 @fact("mlx5_modinfo", probes=("mlx5-modinfo",))
-def _mlx5_modinfo(ctx: HostContext) -> mlnx.ModInfo:
+def _mlx5_modinfo(ctx: HostEvidence) -> mlnx.ModInfo:
     """``ModInfo`` of ``modinfo mlx5_core``."""
     return _parsed(ctx, mlnx.parse_modinfo, "mlx5-modinfo")[1]
 
 
 @fact("ofed_info", probes=("ofed-info",))
-def _ofed_info(ctx: HostContext) -> mlnx.OfedInfo:
+def _ofed_info(ctx: HostEvidence) -> mlnx.OfedInfo:
     """``OfedInfo`` of ``ofed_info -s`` (absent on inbox-driver hosts)."""
     return _parsed(ctx, mlnx.parse_ofed_info, "ofed-info")[1]
 
 
 @fact("mlxfwmanager", probes=("mlxfwmanager",))
-def _mlxfwmanager(ctx: HostContext):
+def _mlxfwmanager(ctx: HostEvidence):
     """``FirmwareQuery`` of ``mlxfwmanager --query`` (most hosts lack the tool)."""
     return _parsed(ctx, mlnx.parse_mlxfwmanager, "mlxfwmanager")[1]
 
 
 @fact("driver_release", needs=("ethtool", "mlx5_modinfo", "ofed_info"))
-def _driver_release(ctx: HostContext) -> versions.DriverRelease:
+def _driver_release(ctx: HostEvidence) -> versions.DriverRelease:
     """The mlx5 driver the node runs (``DriverRelease``), from whichever of ethtool -i, modinfo
     and ofed_info is there; never missing: with none of them its flavour is ``unknown``."""
     infos = ctx.optional("ethtool") or ()
@@ -291,7 +331,7 @@ def _driver_release(ctx: HostContext) -> versions.DriverRelease:
 
 
 @fact("nic_matrix")
-def _nic_matrix(ctx: HostContext) -> nic_matrix.NicMatrix:
+def _nic_matrix(ctx: HostEvidence) -> nic_matrix.NicMatrix:
     """The NIC firmware matrix with the profile's ``nic.policy_file`` (a path relative to the
     profile's own file) merged over it."""
     policy = ctx.profile.get("nic.policy_file")
@@ -304,7 +344,7 @@ def _nic_matrix(ctx: HostContext) -> nic_matrix.NicMatrix:
 
 
 @fact("nics", needs=("ib", "ib_probe", "ethtool", "mlxfwmanager", "nic_matrix"))
-def _nics(ctx: HostContext):
+def _nics(ctx: HostEvidence):
     """``Nic`` records (preflight.knowledge.nic_matrix): firmware and adapter family of every
     ConnectX, from the ``ib`` fact, else ``ethtool -i``, else ``mlxfwmanager``."""
     matrix = ctx.nic_matrix
@@ -328,55 +368,55 @@ def _nics(ctx: HostContext):
 # ---- DCGM ------------------------------------------------------------------------------
 
 @fact("dcgm_diag", probes=(DCGM_PROBE,))
-def _dcgm_diag(ctx: HostContext) -> dcgm.DcgmDiag:
+def _dcgm_diag(ctx: HostEvidence) -> dcgm.DcgmDiag:
     """``DcgmDiag`` (tests, per-GPU results, messages with DCGM error codes, how the probe ran)
     of ``dcgmi diag``: the probe's JSON, or a pasted text table saved as ``dcgmi-diag.txt``.
     Output the probe's overall limit cut short is still read: it is the evidence of a hang."""
     r = ctx.result(DCGM_PROBE)
     if r is not None and r.stdout is not None and not r.tool_missing and (r.ok or r.timed_out):
         return _read(DCGM_PROBE, r.text, dcgm.parse_dcgmi_diag)
-    raise why_missing(r, DCGM_PROBE)
+    raise why_missing(r, DCGM_PROBE, ctx.answered_by_tool(DCGM_PROBE))
 
 
 @fact("dcgm_discovery", probes=(DCGM_DISCOVERY_PROBE,))
-def _dcgm_discovery(ctx: HostContext) -> dcgm.DcgmDiscovery:
+def _dcgm_discovery(ctx: HostEvidence) -> dcgm.DcgmDiscovery:
     """``DcgmDiscovery`` of ``dcgmi discovery -l``: the GPUs DCGM's host engine sees, or the
     error dcgmi printed when it could not reach the host engine (it exits non-zero then)."""
     r = ctx.result(DCGM_DISCOVERY_PROBE)
     if r is not None and r.stdout is not None and not r.tool_missing and not r.timed_out:
         if r.ok or "Error:" in r.text:
             return _read(DCGM_DISCOVERY_PROBE, r.text, dcgm.parse_dcgmi_discovery)
-    raise why_missing(r, DCGM_DISCOVERY_PROBE)
+    raise why_missing(r, DCGM_DISCOVERY_PROBE, ctx.answered_by_tool(DCGM_DISCOVERY_PROBE))
 
 
 @fact("dcgm_health", probes=(DCGM_HEALTH_PROBE,))
-def _dcgm_health(ctx: HostContext) -> dcgm_health.DcgmHealth:
+def _dcgm_health(ctx: HostEvidence) -> dcgm_health.DcgmHealth:
     """``DcgmHealth`` of DCGM's background health check (``dcgmi health -s a`` then ``-c -j``), or
     a pasted ``dcgmi health -c`` report: overall and per-entity Healthy/Warning/Failure with each
     watched subsystem's incident messages, and dcgmi's ``Error:`` lines (no host engine)."""
     r = ctx.result(DCGM_HEALTH_PROBE)
     if r is not None and r.stdout is not None and not r.tool_missing and not r.timed_out:
         return _read(DCGM_HEALTH_PROBE, r.text, dcgm_health.parse_dcgmi_health)
-    raise why_missing(r, DCGM_HEALTH_PROBE)
+    raise why_missing(r, DCGM_HEALTH_PROBE, ctx.answered_by_tool(DCGM_HEALTH_PROBE))
 
 
 # ---- RDMA port counters ------------------------------------------------------------------
 
 @fact("ib_counters", probes=(IB_COUNTERS,))
-def _ib_counters(ctx: HostContext) -> ib_counters.CounterSnapshot:
+def _ib_counters(ctx: HostEvidence) -> ib_counters.CounterSnapshot:
     """``CounterSnapshot`` of the RDMA port counters (sysfs counters/ and hw_counters/, with port
     state), read before the active tests (the only reading of a ``--quick`` run)."""
     return _parsed(ctx, ib_counters.parse_ib_counters, IB_COUNTERS)[1]
 
 
 @fact("ib_counters_after", probes=(IB_COUNTERS_AFTER,))
-def _ib_counters_after(ctx: HostContext) -> ib_counters.CounterSnapshot:
+def _ib_counters_after(ctx: HostEvidence) -> ib_counters.CounterSnapshot:
     """The same reading taken after the active tests: what grew while the fabric was loaded."""
     return _parsed(ctx, ib_counters.parse_ib_counters, IB_COUNTERS_AFTER)[1]
 
 
 @fact("history")
-def _history(ctx: HostContext):
+def _history(ctx: HostEvidence):
     """``HostHistory``: the node's earlier runs, causes, failed checks and figures from the
     results store, with the fleet's run-to-run spread of each figure (``run``/``analyze
     --history``); this run's own figures are ``host.readings``."""

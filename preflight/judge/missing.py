@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from preflight.model import Evidence, ProbeResult
 from preflight.node.schedule import hung_tool_of
 
@@ -20,7 +22,9 @@ class EvidenceMissing(Exception):
         self.collected = collected
 
 
-def why_missing(result: ProbeResult | None, probe: str) -> EvidenceMissing:
+def why_missing(result: ProbeResult | None, probe: str, answered: Sequence[str] = ()) -> EvidenceMissing:
+    """Why ``probe``'s evidence cannot be had. ``answered``: the other probes of the same tool
+    on the host that returned output; with any, an exit 127 is not "not installed"."""
     if result is None:
         return EvidenceMissing(f"{probe} not collected in this bundle", collected=False)
     command = " ".join(result.command) or probe
@@ -32,6 +36,18 @@ def why_missing(result: ProbeResult | None, probe: str) -> EvidenceMissing:
             return EvidenceMissing(f"{probe} skipped because {result.error.removeprefix('not run: ')}",
                                    collected=False)
         return EvidenceMissing(f"{probe}: {result.error}")
+    if result.tool_missing and answered:
+        # The shell's 127 is "command not found", but the dynamic loader exits 127 too when a
+        # library the program needs cannot be loaded; either way the tool is there, since it
+        # answered the other probes, so this one probe failed.
+        tool = result.command[0] if result.command else probe
+        return EvidenceMissing(
+            f"{command} exited {result.exit_code} although {tool} answered {len(answered)} other probe(s) on this "
+            f"host ({', '.join(answered)}): not a missing tool but this one command failing (a library or helper "
+            "it loads not found, or a different PATH for this probe); run it by hand on the node",
+            ("probe-failed",),
+            (Evidence(probe, result.stderr.strip()[-300:] or f"{command}: exit {result.exit_code}"),),
+        )
     if result.tool_missing:
         tool = result.command[0] if result.command else probe
         return EvidenceMissing(

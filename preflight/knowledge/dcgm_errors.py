@@ -40,6 +40,7 @@ class DcgmError:
     severity_meaning: str
     category: str
     cause: str  # a preflight cause id
+    possible: str | None = None  # a cause that may explain it, offered with low confidence
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ def load_dcgm_errors(path: Path = TABLE_PATH) -> DcgmErrorTable:
             raise DcgmErrorTableError(f"{path}: code {code}: no cause")
         errors[int(code)] = DcgmError(int(code), str(body["name"]), str(body.get("brief", "")),
                                       str(body.get("message", "")), str(body.get("next", "")), severity,
-                                      meanings[severity], str(body.get("category", "")), str(body["cause"]))
+                                      meanings[severity], str(body.get("category", "")), str(body["cause"]),
+                                      str(body["possible"]) if body.get("possible") else None)
     ranked: list[tuple[int, re.Pattern[str], int]] = []
     for code, err in errors.items():
         if code == 0:

@@ -407,7 +407,9 @@ def judge(matrix: NicMatrix, driver: DriverRelease, family: Family | None, firmw
                        action="add the adapter family to a NIC policy file, or check this NIC by hand")
     fw = parse_version(firmware)
     if fw is None:
-        return Verdict(UNDECIDED, f"firmware version {firmware!r} is not a version",
+        said = "firmware version unreadable or not reported" if firmware is None else \
+            f"firmware version {firmware!r} is not a version"
+        return Verdict(UNDECIDED, said,
                        action=f"read the firmware with mlxfwmanager --query or ethtool -i on the {family.name}")
     if family.fw_major is not None and fw.major != family.fw_major:
         return Verdict(UNDECIDED, f"{how} says {family.name}, but firmware {fw} is not {family.fw_major}.x",

@@ -9,5 +9,25 @@ May import: nothing of preflight but ``preflight.model``.
 """
 
 
+import math
+
+
 class ParseError(ValueError):
     """The text is not recognisable as the output this parser reads."""
+
+
+def is_number(text: str) -> bool:
+    """Whether ``text`` is a run of ASCII digits. ``str.isdigit()`` is true of superscripts ('²')
+    and other scripts' digits ('٣'), which ``int()`` refuses or reads as a number no tool printed:
+    the tools these parsers read print ASCII digits only, so anything else is unreadable."""
+    return text.isascii() and text.isdigit()
+
+
+def finite(text: str) -> float | None:
+    """``float(text)`` when that is a finite number, else None: a run of digits past the float
+    range reads as infinity, and an infinite bandwidth or speed passes every threshold."""
+    try:
+        number = float(text)
+    except (ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None

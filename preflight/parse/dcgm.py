@@ -47,9 +47,9 @@ _MARKER_FIELD = re.compile(r"(\w+)=(\S+)")
 _SECTION = re.compile(r"^[|+]-{3,}\s+(\S.*?)\s+-+\+")
 _BORDER = re.compile(r"^\+(-+)\+(-+)\+?\s*$")
 _STATUS_CELL = re.compile(r"^(pass|fail|warn|warning|skip|skipped|not run)\b\s*(?:-\s*(.*))?$", re.IGNORECASE)
-_GPU_ROW = re.compile(r"^GPU\s*(\d+)\s*:\s*(pass|fail|warn|warning|skip|skipped|not run)\s*$", re.IGNORECASE)
-_GPU_LIST = re.compile(r"^GPUs?\s*:\s*([\d,\s]+)$", re.IGNORECASE)
-_LEADING_GPU = re.compile(r"^\s*GPU\s*(\d+)\b")
+_GPU_ROW = re.compile(r"^GPU\s*([0-9]+)\s*:\s*(pass|fail|warn|warning|skip|skipped|not run)\s*$", re.IGNORECASE)
+_GPU_LIST = re.compile(r"^GPUs?\s*:\s*([0-9,\s]+)$", re.IGNORECASE)
+_LEADING_GPU = re.compile(r"^\s*GPU\s*([0-9]+)\b")
 _ERROR_LINE = re.compile(r"^\s*Error:\s*(.+)$")
 _BANNER = "Successfully ran diagnostic for group."
 _MESSAGE_ROWS = {"warning": "warning", "info": "info", "error": "error"}
@@ -341,7 +341,7 @@ def _cell_results(tail: str | None, status: str) -> list[GpuResult]:
     if tail.lower() == "all":
         return [GpuResult(None, status)]
     if m := _GPU_LIST.match(tail):
-        return [GpuResult(int(x), status) for x in re.findall(r"\d+", m.group(1))]
+        return [GpuResult(int(x), status) for x in re.findall(r"[0-9]+", m.group(1))]
     return []
 
 
@@ -369,8 +369,8 @@ class DcgmDiscovery:
     errors: tuple[str, ...]  # dcgmi "Error:" lines (e.g. no host engine to connect to)
 
 
-_FOUND = re.compile(r"^(\d+)\s+(\S+)\s+found\.", re.MULTILINE)
-_GPU_CELL = re.compile(r"^\|\s*(\d*)\s*\|\s*(Name|PCI Bus ID|Device UUID):\s*(.*?)\s*\|?\s*$")
+_FOUND = re.compile(r"^([0-9]+)\s+(\S+)\s+found\.", re.MULTILINE)
+_GPU_CELL = re.compile(r"^\|\s*([0-9]*)\s*\|\s*(Name|PCI Bus ID|Device UUID):\s*(.*?)\s*\|?\s*$")
 
 
 def parse_dcgmi_discovery(text: str) -> DcgmDiscovery:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from preflight.parse import ParseError
 
 HEALTH_WORDS = {"healthy": "pass", "warning": "warn", "failure": "fail", "internal error": "error"}
-_MARKER = re.compile(r"^# preflight: dcgmi-health (set|check) exit=(-?\d+)\s*$")
+_MARKER = re.compile(r"^# preflight: dcgmi-health (set|check) exit=(-?[0-9]+)\s*$")
 _ERROR_LINE = re.compile(r"^\s*Error:\s*(.+?)\s*$")
 _SET_OK = "Health monitor systems set successfully."
 _ROW = re.compile(r"^\|\s?(?P<left>[^|]*?)\s*\|\s?(?P<right>[^|]*?)\s*\|\s*$")

@@ -26,12 +26,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.parse import ParseError
+from preflight.parse import ParseError, is_number
 
-_LINE = re.compile(r"^(?P<path>/\S*?/infiniband/(?P<dev>[^/\s]+)/ports/(?P<port>\d+)/"
+_LINE = re.compile(r"^(?P<path>/\S*?/infiniband/(?P<dev>[^/\s]+)/ports/(?P<port>[0-9]+)/"
                    r"(?:(?P<kind>counters|hw_counters)/)?(?P<name>[^/:\s]+)):(?P<value>.*)$")
-_STATE = re.compile(r"^\s*\d+\s*:\s*(\S+)")
-_PQ_HEADER = re.compile(r"^# Port (extended )?counters: Lid (\d+) port (\d+)")
+_STATE = re.compile(r"^\s*[0-9]+\s*:\s*(\S+)")
+_PQ_HEADER = re.compile(r"^# Port (extended )?counters: Lid ([0-9]+) port ([0-9]+)")
 _PQ_LINE = re.compile(r"^(\w+):\.*(\S+)\s*$")
 PERFQUERY_NAMES = {
     "SymbolErrorCounter": "symbol_error", "LinkErrorRecoveryCounter": "link_error_recovery",
@@ -124,7 +124,7 @@ def parse_ib_counters(text: str) -> CounterSnapshot:
 
 
 def _natural(name: str) -> tuple:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+    return tuple(int(t) if is_number(t) else t for t in re.split(r"([0-9]+)", name))
 
 
 def _perfquery(text: str) -> CounterSnapshot:

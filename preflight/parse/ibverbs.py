@@ -28,7 +28,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.parse import ParseError
+from preflight.parse import ParseError, finite, is_number
+from preflight.parse.garbled import garbled, shown
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,16 @@ class IbInventory:
     devices: tuple[IbDevice, ...]
     notes: tuple[str, ...]
     source: str
+    # Set when the tool failed part-way (ibstat's ibpanic on a device it could not stat): the
+    # devices before it are kept, and this says the listing stopped; see preflight/judge/partial.py.
+    cut: str | None = None
 
 
 # --- shared value readers -------------------------------------------------------------------
 
 _KV_RE = re.compile(r"^\s*([A-Za-z_][\w \[\]]*?):\s*(.*?)\s*$")
-_CODE_SUFFIX_RE = re.compile(r"\s*\(\d+\)$")
-_SYSFS_CODE_PREFIX_RE = re.compile(r"^\d+:\s*")
+_CODE_SUFFIX_RE = re.compile(r"\s*\([0-9]+\)$")
+_SYSFS_CODE_PREFIX_RE = re.compile(r"^[0-9]+:\s*")
 # ibv_devinfo names the lane speed by its IB speed code; FDR10 and QDR share "10.0 Gbps".
 _SPEED_CODES = {1: "SDR", 2: "DDR", 4: "QDR", 8: "FDR10", 16: "FDR", 32: "EDR", 64: "HDR",
                 128: "NDR", 256: "XDR"}
@@ -100,7 +104,7 @@ def _phys_state(raw: str) -> str | None:
 def _int(raw: str | None) -> int | None:
     if raw is None:
         return None
-    match = re.match(r"\s*(?:0x([0-9a-fA-F]{1,16})|(\d{1,19}))", raw)
+    match = re.match(r"\s*(?:0x([0-9a-fA-F]{1,16})|([0-9]{1,19}))", raw)
     if not match:
         return None
     # Base given, not 0: int("09", 0) refuses a leading zero; and bounded, so a run of digits
@@ -116,16 +120,16 @@ def _guid(raw: str | None) -> str | None:
 
 
 def _part_id_from_type(hca_type: str) -> int | None:
-    match = re.fullmatch(r"MT(\d+)", hca_type.strip())
+    match = re.fullmatch(r"MT([0-9]+)", hca_type.strip())
     return int(match.group(1)) if match else None
 
 
 def _sysfs_rate(raw: str) -> tuple[float | None, str | None, str | None]:
     """``400 Gb/sec (4X NDR)`` -> (400.0, "4X", "NDR"); a bare ``200`` (ibstat) -> (200.0, None, None)."""
-    match = re.match(r"\s*(\d+(?:\.\d+)?)\s*(?:Gb/sec)?\s*(?:\((\d+X)\s*([A-Z0-9]+)?\))?", raw)
+    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(?:Gb/sec)?\s*(?:\(([0-9]+X)\s*([A-Z0-9]+)?\))?", raw)
     if not match:
         return None, None, None
-    return float(match.group(1)), match.group(2), match.group(3)
+    return finite(match.group(1)), match.group(2), match.group(3)
 
 
 class _PortBuilder:
@@ -156,11 +160,16 @@ class _DeviceBuilder:
     ports: dict[int, _PortBuilder] = field(default_factory=dict)
     declared_ports: int | None = None
 
+    unreadable: list[str] = field(default_factory=list)
+
     def port(self, number: int) -> _PortBuilder:
         return self.ports.setdefault(number, _PortBuilder(number))
 
     def set(self, key: str, value: object) -> None:
-        if value is not None:
+        if isinstance(value, str) and garbled(value):
+            # Damage, not another firmware or PSID (preflight.parse.garbled): left unknown.
+            self.unreadable.append(f"{self.name}: {key} unreadable: bytes that are not text in {shown(value)}")
+        elif value is not None:
             self.values[key] = value
 
     def build(self) -> IbDevice:
@@ -185,7 +194,7 @@ class _DeviceBuilder:
 
 
 def _finish(builders: list[_DeviceBuilder], notes: list[str], source: str) -> IbInventory:
-    notes = notes + [n for b in builders if (n := b.truncation_note())]
+    notes = notes + [n for b in builders for n in b.unreadable] + [n for b in builders if (n := b.truncation_note())]
     return IbInventory(devices=tuple(b.build() for b in builders), notes=tuple(notes), source=source)
 
 
@@ -201,8 +210,27 @@ def _reject(text: str, tool: str) -> str:
 
 # --- ibv_devinfo ----------------------------------------------------------------------------
 
+# Bytes that are no text: U+FFFD is what invalid UTF-8 decodes to (ProbeResult.text), and
+# control characters other than tab never appear in these tools' output.
+_UNDECODABLE = re.compile(r"[\ufffd\x00-\x08\x0b-\x1f\x7f]")
+# What is left of a device name (mlx5_3, rxe0) at the end of a damaged ``hca_id:`` line.
+_NAME_TAIL = re.compile(r"(?<![\w.-])([A-Za-z][\w.-]*[0-9])\s*$")
+
+
+def undecodable_lines(text: str, tool: str) -> list[str]:
+    """A note for each line holding bytes that are not text, naming its number."""
+    return [f"{tool} line {n}: bytes that are not text ({line.strip()[:60]!r}): unreadable"
+            for n, line in enumerate(text.splitlines(), 1) if _UNDECODABLE.search(line)]
+
+
 def parse_ibv_devinfo(text: str) -> IbInventory:
-    """Parse ``ibv_devinfo`` or ``ibv_devinfo -v``."""
+    """Parse ``ibv_devinfo`` or ``ibv_devinfo -v``.
+
+    Read block by block: ``hca_id:`` opens a device at the start of a line. A line there that
+    holds bytes that are not text (invalid UTF-8) and no ``key: value`` is a device header
+    damaged, not a line to skip: skipped, its device's lines would land in the device before
+    it, and an 8-NIC node would list 7. When what is left of the line ends in a device name, it
+    opens that device, and the damage is noted (any such line is)."""
     stripped = _reject(text, "ibv_devinfo")
     builders: list[_DeviceBuilder] = []
     notes: list[str] = []
@@ -213,6 +241,12 @@ def parse_ibv_devinfo(text: str) -> IbInventory:
         if not kv:
             if line.strip().startswith("No IB devices found"):
                 notes.append(line.strip())
+            elif (line[:1].strip() and _UNDECODABLE.search(line) and (device is None or device.ports)
+                  and (tail := _NAME_TAIL.search(_UNDECODABLE.sub(" ", line)))):
+                name = tail.group(1)
+                device, port = _DeviceBuilder(name), None
+                builders.append(device)
+                notes.append(f"ibv_devinfo: device header unreadable ({line.strip()[:60]!r}), read as {name}")
             continue  # -v flag continuation lines
         key, value = kv.groups()
         if key == "hca_id":
@@ -221,14 +255,14 @@ def parse_ibv_devinfo(text: str) -> IbInventory:
         elif device is None:
             continue
         elif key == "port":
-            port = device.port(int(value)) if value.isdigit() else None
+            port = device.port(int(value)) if is_number(value) else None
         elif port is not None:
             _ibv_port_value(port, key, value)
         else:
             _ibv_device_value(device, key, value)
     if not builders and not notes:
         raise ParseError("ibv_devinfo: no 'hca_id:' line")
-    return _finish(builders, notes, "ibv_devinfo")
+    return _finish(builders, undecodable_lines(stripped, "ibv_devinfo") + notes, "ibv_devinfo")
 
 
 def _ibv_device_value(device: _DeviceBuilder, key: str, value: str) -> None:
@@ -256,12 +290,12 @@ def _ibv_port_value(port: _PortBuilder, key: str, value: str) -> None:
     elif key == "active_mtu":
         port.set("active_mtu", _int(value))
     elif key == "active_width":
-        width = re.match(r"(\d+X)", value)
+        width = re.match(r"([0-9]+X)", value)
         port.set("width", width.group(1) if width else None)
     elif key == "active_speed":
-        lane = re.match(r"(\d+(?:\.\d+)?)\s*Gbps(?:\s*\((\d+)\))?", value)
+        lane = re.match(r"([0-9]+(?:\.[0-9]+)?)\s*Gbps(?:\s*\(([0-9]+)\))?", value)
         if lane:
-            port.lane_gbps = float(lane.group(1))
+            port.lane_gbps = finite(lane.group(1))
             if lane.group(2):
                 port.set("speed", _SPEED_CODES.get(int(lane.group(2))))
 
@@ -269,7 +303,7 @@ def _ibv_port_value(port: _PortBuilder, key: str, value: str) -> None:
 # --- ibstat / ibstatus ----------------------------------------------------------------------
 
 _CA_RE = re.compile(r"^CA '([^']+)'")
-_IBSTATUS_RE = re.compile(r"^Infiniband device '([^']+)' port (\d+) status:")
+_IBSTATUS_RE = re.compile(r"^Infiniband device '([^']+)' port ([0-9]+) status:")
 
 
 def parse_ibstat(text: str) -> IbInventory:
@@ -295,7 +329,7 @@ def parse_ibstat(text: str) -> IbInventory:
         if device is None:
             skipped += bool(s)
             continue
-        port_header = re.match(r"^Port (\d+):$", s)
+        port_header = re.match(r"^Port ([0-9]+):$", s)
         if port_header:
             port = device.port(int(port_header.group(1)))
             continue
@@ -365,7 +399,7 @@ def parse_ibstatus(text: str) -> IbInventory:
 
 # --- sysfs ----------------------------------------------------------------------------------
 
-_SYSFS_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/(?:ports/(\d+)/)?([\w]+):(.*)$")
+_SYSFS_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/(?:ports/([0-9]+)/)?([\w]+):(.*)$")
 
 
 def _sysfs_port_value(port: _PortBuilder, key: str, value: str) -> None:

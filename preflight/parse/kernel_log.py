@@ -95,7 +95,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, fields, replace
 from itertools import accumulate
 
-from preflight.parse import ParseError, kernel_log_shapes, regex_needle
+from preflight.parse import ParseError, finite, kernel_log_shapes, regex_needle
 
 _START, _MORE, _CONTEXT = "start", "more", "context"
 
@@ -197,16 +197,16 @@ def _sig(kind: str, pattern: str, meaning: str, role: str = _START,
 
 
 _XID_EXTRAS = (
-    r"caused by previous Xid (?P<caused_by>\d+)",
+    r"caused by previous Xid (?P<caused_by>[0-9]+)",
     r"recovery action changed from \S+ \([^)]*\) to \S+ \((?P<recovery_action>[^)]*)\)",
-    r"\b[Ll]ink (?P<link>\d+)",
+    r"\b[Ll]ink (?P<link>[0-9]+)",
     r"\b(?P<severity>(?i:non-?fatal|fatal))\b",
 )
 
 SIGNATURES: tuple[Signature, ...] = (
     # --- NVIDIA GPU ---------------------------------------------------------------------
     _sig("xid",
-         r"NVRM: Xid \((?:PCI:)?(?P<device><NVPCI>)\): (?P<code>\d+),\s*"
+         r"NVRM: Xid \((?:PCI:)?(?P<device><NVPCI>)\): (?P<code>[0-9]+),\s*"
          r"(?:pid=(?P<pid>[^,]*), )?(?:name=(?P<process>[^,]*), )?(?P<detail>.*)",
          "GPU error reported by the NVIDIA driver; the Xid number says which",
          extras=_XID_EXTRAS),
@@ -225,13 +225,13 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("gsp-timeout", r"\*{5,} GSP Timeout \*{5,}",
          "the GSP firmware stopped answering driver RPCs"),
     _sig("gsp-timeout",
-         r"Timeout after (?P<detail>\d+s) of waiting for RPC response from (?P<device>GPU\d+) GSP",
+         r"Timeout after (?P<detail>[0-9]+s) of waiting for RPC response from (?P<device>GPU[0-9]+) GSP",
          "the GSP firmware did not answer an RPC in time"),
     _sig("gsp-timeout", r"Timeout waiting for RPC from GSP",
          "the GSP firmware did not answer an RPC in time (older drivers)"),
-    _sig("gsp-rpc-dump", r"(?P<device>GPU\d+) GSP RPC buffer contains function",
+    _sig("gsp-rpc-dump", r"(?P<device>GPU[0-9]+) GSP RPC buffer contains function",
          "start of the RPC debug dump printed after a GSP RPC timeout or failure"),
-    _sig("gsp-rpc-dump", r"(?P<device>GPU\d+) RPC (?:event )?history \(CPU (?:->|<-) GSP\)",
+    _sig("gsp-rpc-dump", r"(?P<device>GPU[0-9]+) RPC (?:event )?history \(CPU (?:->|<-) GSP\)",
          "an RPC history table of that dump", role=_MORE),
     _sig("gsp-coredump", r"kflcnCoreDumpNondestructive\w*: PRI: riscvPc",
          "start of the GSP falcon core dump printed when GSP stops responding"),
@@ -239,13 +239,13 @@ SIGNATURES: tuple[Signature, ...] = (
          "a register or trace line of that dump", role=_MORE),
     _sig("nvidia-driver-load",
          r"NVRM: loading NVIDIA UNIX (?:\w+ )??(?P<detail>(?:Open )?Kernel Module)"
-         r".*?\s(?P<version>\d+\.\d+(?:\.\d+)?)\s",
+         r".*?\s(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)\s",
          "the NVIDIA kernel module loaded; its version"),
     # --- NVSwitch -----------------------------------------------------------------------
-    _sig("sxid", r"SXid \(PCI:(?P<device><NVPCI>)\): (?P<code>\d+), (?P<detail>.*)",
+    _sig("sxid", r"SXid \(PCI:(?P<device><NVPCI>)\): (?P<code>[0-9]+), (?P<detail>.*)",
          "NVSwitch error reported by the nvswitch driver; the SXid number says which",
-         extras=(r"SXid \([^)]*\): \d+, (?P<severity>Non-fatal|Fatal),",
-                 r"\bLink (?P<link>\d+)\b")),
+         extras=(r"SXid \([^)]*\): [0-9]+, (?P<severity>Non-fatal|Fatal),",
+                 r"\bLink (?P<link>[0-9]+)\b")),
     # --- ConnectX / mlx5 ----------------------------------------------------------------
     _sig("mlx5-cmd-timeout",
          r"(?P<detail>[A-Z][A-Z0-9_]*\(0x[0-9a-fA-F]+\)) timeout\. "
@@ -261,40 +261,40 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("mlx5-fw-unresponsive", r"FW is unable to respond to initialization segment reads",
          "the NIC firmware does not answer at all"),
     _sig("mlx5-fw-init-timeout",
-         r"Waiting for FW initialization, timeout abort in (?P<detail>\d+s)",
+         r"Waiting for FW initialization, timeout abort in (?P<detail>[0-9]+s)",
          "the NIC firmware did not finish initialising"),
-    _sig("mlx5-fatal-error", r"Fatal error (?P<code>\d+) detected",
+    _sig("mlx5-fatal-error", r"Fatal error (?P<code>[0-9]+) detected",
          "the driver saw a fatal NIC error sensor"),
     _sig("mlx5-probe-failed", r"handle_hca_cap failed",
          "the driver could not set the NIC's capabilities at probe"),
-    _sig("mlx5-probe-failed", r"mlx5_load_one failed with error code (?P<code>-?\d+)",
+    _sig("mlx5-probe-failed", r"mlx5_load_one failed with error code (?P<code>-?[0-9]+)",
          "the driver could not bring the NIC up"),
     _sig("mlx5-probe-failed",
-         r"^mlx5_core: probe of (?P<device><BDF>) failed with error (?P<code>-?\d+)",
+         r"^mlx5_core: probe of (?P<device><BDF>) failed with error (?P<code>-?[0-9]+)",
          "the NIC is left without a driver"),
     _sig("mlx5-fw-version",
          r"^mlx5_core (?P<device><BDF>): (?:firmware version:|fw_ver) "
-         r"(?P<version>\d+\.\d+\.\d+)\b",
+         r"(?P<version>[0-9]+\.[0-9]+\.[0-9]+)\b",
          "the NIC firmware version the driver read"),
     _sig("mlx5-pcie-power-insufficient",
-         r"Detected insufficient power on the PCIe slot \((?P<detail>\d+W)\)",
+         r"Detected insufficient power on the PCIe slot \((?P<detail>[0-9]+W)\)",
          "the PCIe slot advertises less power than the NIC needs"),
     _sig("mlx5-module-error",
-         r"Port module event\[error\]: module (?P<code>\d+), [^,]+, (?P<detail>.+?)\s*$",
+         r"Port module event\[error\]: module (?P<code>[0-9]+), [^,]+, (?P<detail>.+?)\s*$",
          "the NIC firmware reports an error on a port's cable or transceiver module"),
     _sig("module-symbol-mismatch",
          r"^(?P<driver>[\w-]+): disagrees about version of symbol (?P<detail>\S+)",
          "a module built for another kernel or driver stack"),
     _sig("module-symbol-mismatch",
-         r"^(?P<driver>[\w-]+): Unknown symbol (?P<detail>\S+) \(err (?P<code>-?\d+)\)",
+         r"^(?P<driver>[\w-]+): Unknown symbol (?P<detail>\S+) \(err (?P<code>-?[0-9]+)\)",
          "a module needs a symbol the loaded stack does not export"),
     # --- PCIe and platform --------------------------------------------------------------
     _sig("pcie-bandwidth-limited",
-         r"(?P<available_gbps>\d+\.\d+) Gb/s available PCIe bandwidth, limited by "
-         r"(?:(?P<speed_gts>\d+(?:\.\d+)?) GT/s|Unknown)(?: PCIe)? x(?P<width>\d+) link "
+         r"(?P<available_gbps>[0-9]+\.[0-9]+) Gb/s available PCIe bandwidth, limited by "
+         r"(?:(?P<speed_gts>[0-9]+(?:\.[0-9]+)?) GT/s|Unknown)(?: PCIe)? x(?P<width>[0-9]+) link "
          r"at (?P<limited_at>\S+) "
-         r"\(capable of (?P<capable_gbps>\d+\.\d+) Gb/s with "
-         r"(?:(?P<capable_speed_gts>\d+(?:\.\d+)?) GT/s|Unknown)(?: PCIe)? x(?P<capable_width>\d+) link\)",
+         r"\(capable of (?P<capable_gbps>[0-9]+\.[0-9]+) Gb/s with "
+         r"(?:(?P<capable_speed_gts>[0-9]+(?:\.[0-9]+)?) GT/s|Unknown)(?: PCIe)? x(?P<capable_width>[0-9]+) link\)",
          "a link on the path trained below what the device can do"),
     _sig("aer",
          r"AER: (?:Multiple )?(?P<severity>(?:Un)?[Cc]orrect(?:ed|able)(?: \((?:Non-)?Fatal\))?) "
@@ -305,48 +305,49 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("pcie-dpc", r"DPC: containment event",
          "downstream port containment took a PCIe link down"),
     _sig("ghes",
-         r"^(?:\{\d+\})?\[Hardware Error\]: Hardware error from APEI Generic Hardware Error Source",
+         r"^(?:\{[0-9]+\})?\[Hardware Error\]: Hardware error from APEI Generic Hardware Error Source",
          "a hardware error record reported by the platform firmware"),
-    _sig("ghes", r"^(?:\{\d+\})?\[Hardware Error\]:\s+event severity: (?P<severity>\w+)",
+    _sig("ghes", r"^(?:\{[0-9]+\})?\[Hardware Error\]:\s+event severity: (?P<severity>\w+)",
          "that record's severity", role=_MORE),
-    _sig("ghes", r"^(?:\{\d+\})?\[Hardware Error\]:\s+section_type: (?P<detail>.+)",
+    _sig("ghes", r"^(?:\{[0-9]+\})?\[Hardware Error\]:\s+section_type: (?P<detail>.+)",
          "that record's section type", role=_MORE),
-    _sig("ghes", r"^(?:\{\d+\})?\[Hardware Error\]:\s+device_id: (?P<device><BDF>)",
+    _sig("ghes", r"^(?:\{[0-9]+\})?\[Hardware Error\]:\s+device_id: (?P<device><BDF>)",
          "the PCI device of that record", role=_MORE),
     _sig("mce", r"^mce: \[Hardware Error\]: (?P<detail>.+)",
          "a CPU machine check", role=_MORE),
-    _sig("edac-ue", r"^(?P<driver>EDAC (?:\S+ )?MC\d+): \d+ UE (?P<detail>.*?) on (?P<device>\S+)",
+    _sig("edac-ue", r"^(?P<driver>EDAC (?:\S+ )?MC[0-9]+): [0-9]+ UE (?P<detail>.*?) on (?P<device>\S+)",
          "an uncorrectable host memory error"),
-    _sig("edac-ce", r"^(?P<driver>EDAC (?:\S+ )?MC\d+): \d+ CE (?P<detail>.*?) on (?P<device>\S+)",
+    _sig("edac-ce", r"^(?P<driver>EDAC (?:\S+ )?MC[0-9]+): [0-9]+ CE (?P<detail>.*?) on (?P<device>\S+)",
          "a corrected host memory error"),
 )
 
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-_ISO = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
-_PRIORITY = re.compile(r"<\d+>")
+_ISO = (r"[0-9]{4}-[0-9][0-9]-[0-9][0-9][T ][0-9][0-9]:[0-9][0-9]:[0-9][0-9](?:[.,][0-9]+)?"
+        r"(?:Z|[+-][0-9][0-9]:?[0-9][0-9])?")
+_PRIORITY = re.compile(r"<[0-9]+>")
 _FACILITY = re.compile(
     r"(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|ftp|local[0-7])\s*:\s*"
     r"(?:emerg|alert|crit|err|warn|warning|notice|info|debug)\s*:\s*")
 _TIMESTAMPS = (
-    re.compile(r"\[(?P<ts>\s*\d+\.\d+)\]:?\s*"),
+    re.compile(r"\[(?P<ts>\s*[0-9]+\.[0-9]+)\]:?\s*"),
     re.compile(r"\[(?P<ts>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) " + _MONTH
-               + r"\s+\d{1,2} \d\d:\d\d:\d\d \d{4})\]:?\s*"),
+               + r"\s+[0-9]{1,2} [0-9][0-9]:[0-9][0-9]:[0-9][0-9] [0-9]{4})\]:?\s*"),
     re.compile(r"\[(?P<ts>" + _ISO + r")\]:?\s*"),
     re.compile(r"(?P<ts>" + _ISO + r")\s+"),
-    re.compile(r"(?P<ts>" + _MONTH + r"\s+\d{1,2} \d\d:\d\d:\d\d)\s+"),
+    re.compile(r"(?P<ts>" + _MONTH + r"\s+[0-9]{1,2} [0-9][0-9]:[0-9][0-9]:[0-9][0-9])\s+"),
 )
 _SYSLOG_HOST = re.compile(r"(?P<host>[^\s:\[\]]+) kernel: ")
 _KERNEL_TAG = re.compile(r"kernel: ")
 _PDSH_HOST = re.compile(r"(?P<host>[A-Za-z0-9][\w.-]*): ")
 # dev_printk style "driver 0000:03:00.0[ netdev]: " or a bare "driver: " tag.
-_ORIGIN = re.compile(r"(?P<driver>[\w.-]+)(?: (?P<device>" + _BDF + r"|mlx5_\d+)(?: [\w.-]+)?)?: ")
+_ORIGIN = re.compile(r"(?P<driver>[\w.-]+)(?: (?P<device>" + _BDF + r"|mlx5_[0-9]+)(?: [\w.-]+)?)?: ")
 
 # Output that is a shell or tool error rather than a kernel log.
 _TOOL_ERROR = re.compile(
-    r"^(?:(?:ba|z|da)?sh|sudo|dmesg|journalctl)(?:: line \d+)?: |command not found$")
+    r"^(?:(?:ba|z|da)?sh|sudo|dmesg|journalctl)(?:: line [0-9]+)?: |command not found$")
 _JOURNALD_MARKER = re.compile(r"^-- .* --$")
 _ELISION = re.compile(r"^(?:\[\.\.\.\]|\.\.\.|…)$")
-_SUPPRESSED = re.compile(r"(\d+) callbacks suppressed|printk messages dropped")
+_SUPPRESSED = re.compile(r"([0-9]+) callbacks suppressed|printk messages dropped")
 
 
 @dataclass(frozen=True)
@@ -404,7 +405,10 @@ def _typed(raw: dict[str, str]) -> dict[str, object]:
             if name in _INT_FIELDS:
                 values[name] = _to_int(text)
             elif name in _FLOAT_FIELDS:
-                values[name] = float(text)
+                number = finite(text)
+                if number is None:
+                    continue
+                values[name] = number
             else:
                 values[name] = text
         except ValueError:

@@ -37,12 +37,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.parse import ParseError
+from preflight.parse import ParseError, finite
 
 _HEADER = re.compile(r"((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(.+?)\s*")
 _LINK_LINE = re.compile(r"\s*(LnkCap|LnkSta):\s*(.*)")
-_SPEED = re.compile(r"Speed\s+(unknown|\d+(?:\.\d+)?)(?:GT/s)?(?:\s*\((\w+)\))?")
-_WIDTH = re.compile(r"Width\s+x(\d+)(?:\s*\((\w+)\))?")
+_SPEED = re.compile(r"Speed\s+(unknown|[0-9]+(?:\.[0-9]+)?)(?:GT/s)?(?:\s*\((\w+)\))?")
+_WIDTH = re.compile(r"Width\s+x([0-9]+)(?:\s*\((\w+)\))?")
 _GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
 _NN_ID = re.compile(r"\[([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\]")
 _BRACKETED = re.compile(r"\[([^\]]+)\]")
@@ -196,7 +196,9 @@ def _link_fields(
     elif speed.group(1) == "unknown":
         notes.append(f"{kind}: 'Speed unknown' (pciutils likely too old for this PCIe generation)")
     else:
-        speed_gts = float(speed.group(1))
+        speed_gts = finite(speed.group(1))
+        if speed_gts is None:
+            notes.append(f"{kind}: speed {speed.group(1)[:20]!r} is not a number")
     if width is None:
         notes.append(f"{kind}: no width in {value.strip()!r}")
     return (

@@ -214,7 +214,7 @@ class OfedInfo:
 
 
 _OFED_LINE_RE = re.compile(
-    r"^(?P<dist>[A-Za-z][\w-]*?)-(?P<ver>(?:doca\d+(?:\.\d+)+-)?\d+\.\d+-\d+(?:\.\d+)*)"
+    r"^(?P<dist>[A-Za-z][\w-]*?)-(?P<ver>(?:doca[0-9]+(?:\.[0-9]+)+-)?[0-9]+\.[0-9]+-[0-9]+(?:\.[0-9]+)*)"
     r"(?:\s*\(.*\))?:?\s*$"
 )
 
@@ -229,7 +229,7 @@ def parse_ofed_info(text: str) -> OfedInfo:
         notes.append(f"{len(lines)} lines where ofed_info -s prints one: read the first")
     match = _OFED_LINE_RE.match(first)
     if not match:
-        if not re.search(r"\d+\.\d+-\d+", first):
+        if not re.search(r"[0-9]+\.[0-9]+-[0-9]+", first):
             raise ParseError(f"ofed_info: no OFED release in {first!r}")
         # A release string in a naming this parser does not know yet: keep it for the report.
         return OfedInfo(raw=first, notes=tuple(notes) + (f"unrecognised OFED line: {first}",))
@@ -316,7 +316,7 @@ def parse_mlxfwmanager(text: str) -> FirmwareQuery:
     stripped = text.strip()
     if stripped.startswith("<"):
         return _parse_fw_xml(stripped)
-    if re.search(r"^Device #\d+:", text, re.M):
+    if re.search(r"^Device #[0-9]+:", text, re.M):
         return _parse_fw_text(text)
     if re.search(r"^FW Version:", text, re.M):
         return _parse_flint(text)
@@ -348,7 +348,7 @@ def _parse_fw_text(text: str) -> FirmwareQuery:
             devices.append(FirmwareDevice(**current))
 
     for line in text.splitlines():
-        header = re.match(r"^Device #(\d+):", line)
+        header = re.match(r"^Device #([0-9]+):", line)
         if header:
             close()
             current = {"index": int(header.group(1)), "components": ()}

@@ -30,8 +30,8 @@ from preflight.parse.nccl_tests import NcclRun, parse_nccl_tests
 # command ignored SIGTERM and the `-k` SIGKILL ended it (a process stuck in the driver).
 TIMEOUT_EXITS = (124, 137)
 
-_TOOL_LINE = re.compile(r"^# preflight: tool=(\S+) gpus=(\d+) repetitions=(\d+)\s*$")
-_MARKER = re.compile(r"^# preflight: repetition (\d+) exit=(\d+) seconds=(\d+)\s*$")
+_TOOL_LINE = re.compile(r"^# preflight: tool=(\S+) gpus=([0-9]+) repetitions=([0-9]+)\s*$")
+_MARKER = re.compile(r"^# preflight: repetition ([0-9]+) exit=([0-9]+) seconds=([0-9]+)\s*$")
 
 
 @dataclass(frozen=True)

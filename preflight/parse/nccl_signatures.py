@@ -71,12 +71,12 @@ NCCL_SIGNATURES: tuple[tuple[str, str, str], ...] = (
 _SIGNATURE_PATTERNS = tuple((re.compile(rx), sym, meaning) for rx, sym, meaning in NCCL_SIGNATURES)
 
 # "[1,0]<stdout>:" is prepended by mpirun --tag-output (job,rank).
-MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
+MPI_TAG = re.compile(r"^\[[0-9]+,[0-9]+\]<std(?:out|err)>:")
 # host:pid:tid [dev] [file:line [(func)]] NCCL LEVEL msg, with an optional "[date time] "
 # timestamp in front (NCCL 2.27+ stamps WARN lines by default). Redacted logs keep host:pid.
 NCCL_LOG = re.compile(
-    r"^(?:\[(?P<ts>[^\]]*\d[^\]]*)\]\s+)?(?P<host>[^\s:\[]+):\S+\s+\[\d+\]\s+"
-    r"(?:\S+:\d+\s+(?:\(\S+\)\s+)?)?NCCL (?P<level>WARN|INFO|TRACE)\b"
+    r"^(?:\[(?P<ts>[^\]]*[0-9][^\]]*)\]\s+)?(?P<host>[^\s:\[]+):\S+\s+\[[0-9]+\]\s+"
+    r"(?:\S+:[0-9]+\s+(?:\(\S+\)\s+)?)?NCCL (?P<level>WARN|INFO|TRACE)\b"
 )
 
 

@@ -35,6 +35,7 @@ Bus bandwidth factors are those of nccl-tests ``doc/PERFORMANCE.md`` and its ``s
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,22 +49,22 @@ from preflight.parse.nccl_signatures import MPI_TAG, NCCL_LOG
 _ALL_RANKS_BUT_ONE = ("allgather", "reducescatter", "alltoall", "alltoallv", "gather", "scatter")
 _FACTOR_ONE = ("broadcast", "reduce", "sendrecv", "hypercube")
 
-_NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
-_INFO_NRANKS = re.compile(r"\bnranks (\d+)", re.IGNORECASE)
-_TESTS_VERSION = re.compile(r"^nccl-tests version (\S+)(?:.*\bnccl-library=(\d+))?")
+_NCCL_VERSION = re.compile(r"NCCL version ([0-9]+\.[0-9]+\.[0-9]+)")
+_INFO_NRANKS = re.compile(r"\bnranks ([0-9]+)", re.IGNORECASE)
+_TESTS_VERSION = re.compile(r"^nccl-tests version (\S+)(?:.*\bnccl-library=([0-9]+))?")
 _TEST_STARTING = re.compile(r"^Collective test starting:\s*(\S+)")
 _TEST_CONCLUDED = re.compile(r"^Collective test concluded:")
-_SETTINGS_LINE = re.compile(r"^nThread\s+\d+\s+nGpus\s+\d+")
-_SETTING = re.compile(r"([A-Za-z]+(?: [A-Za-z]+)?):?\s+(-?\d+)")
+_SETTINGS_LINE = re.compile(r"^nThread\s+[0-9]+\s+nGpus\s+[0-9]+")
+_SETTING = re.compile(r"([A-Za-z]+(?: [A-Za-z]+)?):?\s+(-?[0-9]+)")
 _DEVICE = re.compile(
-    r"^Rank\s+(?P<rank>\d+)\s+(?:Group\s+(?P<group>\d+)\s+)?Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
-    r"\s+device\s+(?P<device>\d+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
+    r"^Rank\s+(?P<rank>[0-9]+)\s+(?:Group\s+(?P<group>[0-9]+)\s+)?Pid\s+(?P<pid>[0-9]+)\s+on\s+(?P<host>\S+)"
+    r"\s+device\s+(?P<device>[0-9]+)\s+\[(?P<bus>[^\]]*)\]\s*(?P<name>.*)$"
 )
-_OUT_OF_BOUNDS = re.compile(r"^Out of bounds values\s*:\s*(\d+)")
+_OUT_OF_BOUNDS = re.compile(r"^Out of bounds values\s*:\s*([0-9]+)")
 _AVG_BUSBW = re.compile(r"^Avg bus bandwidth\s*:\s*(\S+)")
-_REDUCED_MAX = re.compile(r"^Reducing maxBytes to (\d+)")
+_REDUCED_MAX = re.compile(r"^Reducing maxBytes to ([0-9]+)")
 _TEST_FAILURE = re.compile(r"Test (?:CUDA |NCCL )?failure|Test timeout")
-_ROW_START = re.compile(r"^\d+\s+\d+\s+\S")
+_ROW_START = re.compile(r"^[0-9]+\s+[0-9]+\s+\S")
 
 
 @dataclass(frozen=True)
@@ -375,7 +376,9 @@ def _parse_half(tokens: list[str], error_column: str) -> NcclTiming | None:
         return None
     if error_column == "error":
         return NcclTiming(time_us, algbw, busbw, wrong=None, max_error=check)
-    wrong = None if check is None else int(check)
+    wrong = None if check is None else _count(check)
+    if check is not None and wrong is None:
+        return None  # "#wrong" of 2.5 or -1 is no count: the row is unreadable
     return NcclTiming(time_us, algbw, busbw, wrong=wrong, max_error=None)
 
 
@@ -467,7 +470,7 @@ def _json_row(item: Any) -> NcclRow | None:
         count=count,
         type=str(item.get("type", "")),
         redop=str(item.get("redop", "")),
-        root=int(root) if re.fullmatch(r"-?\d+", root) else None,
+        root=int(root) if re.fullmatch(r"-?[0-9]+", root) else None,
         out_of_place=_json_timing(item.get("out_of_place")),
         in_place=in_place,
     )
@@ -480,10 +483,11 @@ def _json_timing(item: Any) -> NcclTiming | None:
     algbw, busbw = _float(item.get("alg_bw")), _float(item.get("bus_bw"))
     if time_us is None or algbw is None or busbw is None:
         return None
-    wrong = _float(item.get("nwrong"))
-    return NcclTiming(
-        time_us, algbw, busbw, wrong=None if wrong is None else int(wrong), max_error=None
-    )
+    raw_wrong = item.get("nwrong")
+    wrong = _count(_float(raw_wrong))
+    if raw_wrong is not None and wrong is None and raw_wrong != "N/A":
+        return None  # not a count (NaN, infinity, a fraction): the timing is unreadable
+    return NcclTiming(time_us, algbw, busbw, wrong=wrong, max_error=None)
 
 
 def _load_truncated_json(body: str) -> Any:
@@ -584,7 +588,18 @@ def _version_from_code(code: int) -> str:
 
 
 def _float(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
+    """A finite number, from an ASCII numeral or a JSON number; else None. ``float()`` also reads
+    "nan", "inf" and other scripts' digits ('٣'), none of which nccl-tests prints for a figure: such
+    a cell is unreadable, never a bandwidth or a count to judge."""
+    if isinstance(value, str) and not value.isascii():
         return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _count(value: float | None) -> int | None:
+    """A ``#wrong`` count: a whole number of at least 0, else None (unreadable)."""
+    return int(value) if value is not None and value >= 0 and value.is_integer() else None

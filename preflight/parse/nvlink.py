@@ -38,15 +38,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from preflight.parse import ParseError
+from preflight.parse import ParseError, finite, is_number
 
-_GPU_HEADER = re.compile(r"GPU (\d+):\s*(.*)")
+_GPU_HEADER = re.compile(r"GPU ([0-9]+):\s*(.*)")
 _UUID = re.compile(r"\(UUID:\s*([^)]*)\)")
-_LINK = re.compile(r"\s*Link (\d+):\s*(.*?)\s*")
-_SPEED = re.compile(r"(\d+(?:\.\d+)?) GB/s")
+_LINK = re.compile(r"\s*Link ([0-9]+):\s*(.*?)\s*")
+_LOOSE_LINK = re.compile(r"\s*Link (\S+):\s*(.*?)\s*")
+_SPEED = re.compile(r"([0-9]+(?:\.[0-9]+)?) GB/s")
 _COUNTER = re.compile(r"(.+?):\s*(\S+)")
 _THROUGHPUT = re.compile(r"Data [TR]x:", re.IGNORECASE)
-_DCGMI = re.compile(r"NvLink Link Status|^\s*gpuId \d+:", re.MULTILINE)
+_DCGMI = re.compile(r"NvLink Link Status|^\s*gpuId [0-9]+:", re.MULTILINE)
 
 _EMPTY_NOTE = "empty output: nvidia-smi listed no GPU (seen on a 1-GPU VM); NVLink state unknown"
 _ELISION = re.compile(r"\.{3,}|\u2026")
@@ -172,9 +173,11 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
         links = []
         for number, value in block.links:
             speed = _SPEED.fullmatch(value)
-            if not speed and value != "<inactive>":
-                notes.append(f"GPU {block.index} link {number}: unreadable status {value!r}")
-            links.append(NvlinkLink(number, float(speed.group(1)) if speed else None))
+            gbps = finite(speed.group(1)) if speed else None
+            if value != "<inactive>" and gbps is None:
+                # A speed past float range (a run of digits) is no speed either.
+                notes.append(f"GPU {block.index} link {number}: unreadable status {value[:80]!r}")
+            links.append(NvlinkLink(number, gbps))
         gpus.append(NvlinkGpu(block.index, block.name, block.uuid, tuple(links),
                               *_support(block, notes)))
     return NvlinkStatus(gpus=tuple(gpus), notes=tuple(notes))
@@ -194,7 +197,7 @@ def parse_nvlink_errors(text: str) -> NvlinkErrors:
         counters: dict[int, list[tuple[str, int]]] = {}
         for number, value in block.links:
             match = _COUNTER.fullmatch(value)
-            if match and match.group(2).isdigit():
+            if match and is_number(match.group(2)):
                 counters.setdefault(number, []).append(
                     (_counter_key(match.group(1)), int(match.group(2)))
                 )
@@ -221,6 +224,9 @@ def _blocks(text: str, notes: list[str]) -> list[_Block]:
                 notes.append(ELIDED_NOTE)
         elif header:
             blocks.append(_gpu_block(header))
+        elif not link and _LOOSE_LINK.fullmatch(line):
+            # "Link ٣:" or "Link ²:": a link line whose number is not an ASCII numeral.
+            notes.append(f"GPU {blocks[-1].index if blocks else None}: unreadable counter {line.strip()[:80]!r}")
         elif link:
             if not blocks:
                 notes.append("link lines before any GPU header: GPU unknown")

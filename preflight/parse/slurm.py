@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from preflight.parse import finite
+
 # Base states in which Slurm will not start a job on a node (slurm.h node_states / flags).
 _UNUSABLE_BASE = {"DOWN": "down", "FUTURE": "not in service (FUTURE)", "UNKNOWN": "state unknown to slurmctld"}
 _UNUSABLE_FLAG = {"DRAIN": "drained", "FAIL": "failing (FAIL)", "POWERED_DOWN": "powered down",
@@ -106,7 +108,7 @@ class StepReport:
 
 
 _LAUNCH = re.compile(r"Task launch for StepId=\S+ failed on node (\S+): (.+)$")
-_TASK = re.compile(r"^srun: error: (\S+): tasks? [\d,\-]+: (.+)$")
+_TASK = re.compile(r"^srun: error: (\S+): tasks? [0-9,\-]+: (.+)$")
 _CANCELLED = re.compile(r"\*\*\* STEP \S+ ON (\S+) CANCELLED AT \S+ (.*?)\s*\*\*\*")
 _JOB_CANCELLED = re.compile(r"\*\*\* JOB \S+ ON (\S+) CANCELLED AT \S+ (.*?)\s*\*\*\*")
 _STEPD = re.compile(r"^slurmstepd-(\S+): error: (.+)$")  # slurmstepd names its node
@@ -133,7 +135,7 @@ def parse_step_stderr(text: str) -> StepReport:
     return StepReport(launch, ended, stepd, cancelled, tuple(errors))
 
 
-_GRANTED = re.compile(r"Granted job allocation (\d+)")
+_GRANTED = re.compile(r"Granted job allocation ([0-9]+)")
 
 
 def granted_job(text: str) -> int | None:
@@ -165,7 +167,7 @@ def is_input_error(message: str) -> bool:
 
 # sbatch(1)/salloc(1) --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
 # "days-hours:minutes", "days-hours:minutes:seconds"; 0 asks for no limit (docs/sources.md, Slurm).
-_TIME = re.compile(r"^(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)$")
+_TIME = re.compile(r"^(?:([0-9]+)-([0-9]+)(?::([0-9]+)(?::([0-9]+))?)?|([0-9]+)(?::([0-9]+)(?::([0-9]+))?)?)$")
 
 
 def time_limit_s(text: str) -> float | None:
@@ -182,10 +184,10 @@ def time_limit_s(text: str) -> float | None:
         seconds = a * 3600 + b * 60 + c
     else:
         seconds = a * 60 + b
-    return float(seconds) or None
+    return finite(seconds) or None
 
 
-_TASK_EXIT = re.compile(r"^srun: error: \S+: tasks? [\d,\-]+: Exited with exit code (\d+)\s*$", re.MULTILINE)
+_TASK_EXIT = re.compile(r"^srun: error: \S+: tasks? [0-9,\-]+: Exited with exit code ([0-9]+)\s*$", re.MULTILINE)
 
 
 def task_exit_codes(text: str) -> list[int]:

@@ -161,6 +161,15 @@ class GpuInfo:
     memory_total_mib: int | None = None
     memory_used_mib: int | None = None
     performance_state: str | None = None
+    virtualization_mode: str | None = None  # "None" (bare metal), "Pass-Through", "VGPU", "Host VGPU", ...
+    # Fields whose value held bytes that are not text (preflight.parse.garbled): left None.
+    unreadable: tuple[str, ...] = ()
+
+    @property
+    def in_guest(self) -> bool:
+        """Whether the GPU is seen from inside a virtual machine (passed through, or a vGPU):
+        NVML's NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH / _VGPU (docs/sources.md §9)."""
+        return (self.virtualization_mode or "").replace("-", "").replace(" ", "").lower() in ("passthrough", "vgpu")
 
 
 @dataclass(frozen=True)
@@ -171,3 +180,8 @@ class SmiReport:
     attached_gpus: int | None = None
     gpus: tuple[GpuInfo, ...] = ()
     notes: tuple[str, ...] = ()
+    # Report fields (driver_version, cuda_version, ...) whose value held bytes that are not text.
+    unreadable: tuple[str, ...] = ()
+    # Set when the output ends (or breaks) before its last GPU was shown: what was read, and
+    # what was not. Such a report judges the GPUs it holds and passes none it lacks.
+    cut: str | None = None

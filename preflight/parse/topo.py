@@ -33,18 +33,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from preflight.parse import ParseError
+from preflight.parse import ParseError, is_number
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _AFFINITY_LABELS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # SOC is what drivers before SYS existed printed for the same inter-socket path.
-_TOPO_CELL = re.compile(r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC")
+_TOPO_CELL = re.compile(r"X|NV[0-9]+|PIX|PXB|PHB|NODE|SYS|SOC")
 _P2P_CELL = re.compile(r"OK|NS|CNS|GNS|TNS|U")
-_GPU = re.compile(r"GPU\d+")
+_GPU = re.compile(r"GPU[0-9]+")
 # Row labels accepted when there is no header to name the columns.
-_ROW_LABEL = re.compile(r"GPU\d+|NIC\d+|mlx\d+_\S+")
-_NVLINK = re.compile(r"NV(\d+)")
-_CPU_LIST = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
+_ROW_LABEL = re.compile(r"GPU[0-9]+|NIC[0-9]+|mlx[0-9]+_\S+")
+_NVLINK = re.compile(r"NV([0-9]+)")
+_CPU_LIST = re.compile(r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*")
 _GLUED_NA = re.compile(r"(.+?)(N/A)")
 _LEGEND_ENTRY = re.compile(r"\s*(\S+)\s*=\s*(.+?)\s*")
 _NIC_LEGEND_ENTRY = re.compile(r"\s*(\S+):\s*(\S+)\s*")
@@ -234,7 +234,7 @@ def _rows(
         for token in tokens[1:]:
             # Affinity fields start with a digit or are N/A; cells never do. Cutting there
             # rather than at an unfamiliar code keeps a future link kind in its column.
-            if token[0].isdigit() or "N/A" in token or (columns and len(cells) == len(columns)):
+            if is_number(token[0]) or "N/A" in token or (columns and len(cells) == len(columns)):
                 break
             if not _is_cell(token):
                 notes.append(f"{label}: unfamiliar cell {token!r}")
@@ -304,7 +304,7 @@ def _affinity(
         gpu=gpu,
         cpu_affinity=values.get("CPU Affinity"),
         numa_affinity=values.get("NUMA Affinity"),
-        gpu_numa_id=int(numa_id) if numa_id and numa_id.isdigit() else None,
+        gpu_numa_id=int(numa_id) if numa_id and is_number(numa_id) else None,
     )
 
 
@@ -316,7 +316,7 @@ def _split_cpu_numa(token: str) -> tuple[str, str] | None:
     """
     for k in (1, 2):
         cpus, numa = token[:-k], token[-k:]
-        if numa.isdigit() and _valid_cpu_list(cpus):
+        if is_number(numa) and _valid_cpu_list(cpus):
             return cpus, numa
     return None
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from preflight.parse.mlnx import EthtoolInfo, ModInfo, OfedInfo
 
-_VERSION_RE = re.compile(r"\d+(?:[.-]\d+)*")
+_VERSION_RE = re.compile(r"[0-9]+(?:[.-][0-9]+)*")
 
 
 @dataclass(frozen=True, order=True)
@@ -71,9 +71,9 @@ def parse_version(text: str | None) -> Version | None:
 # An OFED module version: two fields, a dash, then at least three (5.8-1.1.2, 24.10-3.2.5).
 # The old in-tree DRIVER_VERSION has one field after the dash (5.0-0), a kernel release has
 # three before it (5.14.0-284.11.1.el9_2.x86_64), so the three forms never overlap.
-_OFED_MODULE_RE = re.compile(r"(\d+\.\d+-\d+\.\d+\.\d+(?:\.\d+)*)")
-_DOCA_RE = re.compile(r"doca(\d+(?:\.\d+)+)-(\d+\.\d+-\d+(?:\.\d+)*)")
-_KERNEL_RE = re.compile(r"\d+\.\d+\.\d+(?:[-+.~_].*)?")
+_OFED_MODULE_RE = re.compile(r"([0-9]+\.[0-9]+-[0-9]+\.[0-9]+\.[0-9]+(?:\.[0-9]+)*)")
+_DOCA_RE = re.compile(r"doca([0-9]+(?:\.[0-9]+)+)-([0-9]+\.[0-9]+-[0-9]+(?:\.[0-9]+)*)")
+_KERNEL_RE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(?:[-+.~_].*)?")
 _ETHTOOL_VERSION_MAX = 31  # struct ethtool_drvinfo.version is char[32]
 
 INBOX, MLNX_OFED, DOCA_OFED = "inbox", "mlnx-ofed", "doca-ofed"

@@ -66,7 +66,9 @@ def test_skips_are_never_a_pass_and_config_failure_names_its_cause():
 def test_all_skipped_warns_that_nothing_was_judged():
     f = diag(load("t400-dcgm3-diag-r3-json-all-skip-excerpt.json"))
     assert f.status is Status.WARN
-    assert "4 test(s) not run" in f.summary and "no test judged the hardware" in f.summary
+    # PCIe, GPU Memory and Diagnostic are required; the EUD skip is only noted.
+    assert "3 test(s) not run" in f.summary and "no test judged the hardware" in f.summary
+    assert "so not judged: EUD Test (skip)" in f.summary
     assert f.symptoms == ("dcgm-diag-incomplete",)
 
 
@@ -154,3 +156,56 @@ def test_hostengine_check():
     [f] = run_check("dcgm-hostengine", make_host({DISCOVERY: load("v100-dcgmi-discovery-l-8gpus-0cpus.txt")
                                                   .replace("8 GPUs found.", "7 GPUs found.")}, "hgx-h200"))
     assert f.status is Status.WARN
+
+
+# ---- level 3: optional tests, and a Targeted Power failure ---------------------------------
+# The real DCGM 3.3.9 `dcgmi diag -r 3` table (corpus dcgm/rtxpro6000-..., every test Skip) with the
+# stated edits of each test below.
+R3 = "rtxpro6000-dcgm3.3.9-diag-r3-table-all-skip-eud.txt"
+
+
+def r3_with(passed=("PCIe", "GPU Memory", "Targeted Stress", "Targeted Power", "Memory Bandwidth"), rows=None) -> str:
+    text = load(R3)
+    for name in passed:
+        text = text.replace(f"| {name:<25} | Skip - All ", f"| {name:<25} | Pass - All ")
+    for name, lines in (rows or {}).items():
+        old = f"| {name:<25} | Skip - All                                     |\n"
+        assert old in text
+        text = text.replace(old, "".join(f"| {a:<25} | {b:<46} |\n" for a, b in lines))
+    return text
+
+
+def test_a_healthy_level3_run_with_the_eud_plugin_skipped_passes_with_a_note():
+    f = diag(framed(r3_with(), level=3), level=3)
+    assert f.status is Status.PASS, f.summary
+    assert "not required at level 3, so not judged: EUD Test (skip) (the EUD plugin is installed separately" \
+        in f.summary
+    assert f.symptoms == () and f.data["optional_skipped"] == ["EUD Test (skip)"]
+
+
+def test_a_skipped_memory_bandwidth_is_a_note_but_a_skipped_targeted_power_never_passes():
+    f = diag(framed(r3_with(passed=("PCIe", "GPU Memory", "Targeted Stress")), level=3), level=3)
+    assert f.status is Status.WARN and f.symptoms == ("dcgm-diag-incomplete",)
+    assert "1 test(s) not run, so not judged (a skip is not a pass): Targeted Power (skip)" in f.summary
+    assert "so not judged: Memory Bandwidth (skip); EUD Test (skip)" in f.summary
+
+
+# DCGM_FR_TARGET_POWER's message as DCGM formats it (dcgm_errors.h DCGM_FR_TARGET_POWER_MSG, "Max power of
+# %.1f did not reach desired power minimum %s of %.1f for GPU %u"; the %s is the plugin's parameter
+# name), cut every 45 characters into the value column as the real tables wrap warnings (corpus
+# dcgm/dcgmi-diag-r2-gpu-memory-fail-thermal-violation-excerpt.txt).
+_WARNING = "GPU 0 Max power of 212.0 did not reach desired power minimum target_power_min_ratio of 285.0 for GPU 0"
+TARGET_POWER = [("Targeted Power", "Pass - GPU: 1"), ("", "Fail - GPU: 0"),
+                *((("Warning" if i == 0 else ""), _WARNING[i:i + 45]) for i in range(0, len(_WARNING), 45))]
+
+
+def test_a_targeted_power_failure_is_dcgm_diag_failed_with_its_code_and_power_capping_only_possible():
+    f = diag(framed(r3_with(passed=("PCIe", "GPU Memory", "Targeted Stress", "Memory Bandwidth"),
+                            rows={"Targeted Power": TARGET_POWER}), level=3, exit_code=226), level=3)
+    assert f.status is Status.FAIL
+    assert "Targeted Power failed on GPU 0: DCGM_FR_TARGET_POWER (63, severity triage" in f.summary
+    assert f.symptoms[0] == "dcgm-diag-failed" and "power-capping-possible" in f.symptoms
+    assert "power-capping" not in f.symptoms
+    assert "possibly power-capping, not established" in f.summary
+    found = {d.cause: d.confidence for d in diagnose([f], KB)}
+    assert found["dcgm-diag-failed"] == "high" and found.get("power-capping") == "low"

@@ -55,6 +55,14 @@ def one(findings, status=None):
     return findings[0]
 
 
+def excerpt_of_hgx(findings):
+    """The findings on a capture of fewer NICs than the HGX profile's 8 (an excerpt of a node's
+    output, or a smaller node), less the FAIL that says so, which must be there."""
+    short = [f for f in findings if f.symptoms == ("nic-missing",)]
+    assert len(short) == 1 and short[0].status.value == "fail" and ", the NVIDIA HGX" in short[0].summary, findings
+    return [f for f in findings if f not in short]
+
+
 def by_status(findings):
     return {f.status.value: f for f in findings}
 
@@ -265,7 +273,7 @@ def _garbled_ibv_devinfo() -> str:
 def test_garbled_ibv_devinfo_falls_back_to_ibstat_and_says_so():
     host = make_host({"ibv-devinfo": _garbled_ibv_devinfo(), "ibstat": corpus("ibv/ibstat-cx7-ndr-400g-active-ib.txt")},
                      profile="hgx-h100")
-    found = run_check("ib-port-down", host)
+    found = excerpt_of_hgx(run_check("ib-port-down", host))
     assert [f.status.value for f in found] == ["warn"]
     assert "ibv-devinfo: unreadable output (ibv_devinfo: no 'hca_id:' line); read ibstat instead" in found[0].summary
     f = one(run_check("nic-fw-driver-mismatch", host), "warn")
@@ -404,7 +412,8 @@ def test_vf_linkup_but_down_means_no_subnet_manager():
     ("ibstat-cx7-roce-200g-plus-cx6dx-disabled.txt", "mlx5_10 port 1 DOWN/Disabled"),
 ])
 def test_disabled_port_of_another_adapter_warns(capture, down):
-    f = one(run_check("ib-port-down", make_host({"ibstat": corpus(f"ibv/{capture}")}, profile="hgx-h100")), "warn")
+    f = one(excerpt_of_hgx(run_check("ib-port-down", make_host({"ibstat": corpus(f"ibv/{capture}")},
+                                                                profile="hgx-h100"))), "warn")
     assert f.summary.startswith(f"1 port(s) down (not the platform's ConnectX-7): {down}: port switched off")
 
 
@@ -431,7 +440,8 @@ def test_roce_ports_at_200_below_the_400_of_hgx_h100():
 
 def test_ndr_400_passes_and_a_cut_port_is_not_passed():
     host = make_host({"ibstat": corpus("ibv/ibstat-cx7-ndr-400g-active-ib.txt")}, profile="hgx-h100")
-    assert one(run_check("ib-port-down", host), "pass")
+    # Both ports are up, but two NICs are not the HGX board's eight: no pass.
+    assert excerpt_of_hgx(run_check("ib-port-down", host)) == []
     f = one(run_check("ib-link-degraded", host), "warn")
     assert f.summary.startswith("rate not reported for mlx5_1 port 1 (from ibstat")
 
@@ -673,3 +683,29 @@ def test_fleet_end_to_end_names_exactly_the_faults(tmp_path):
     # one root cause, so the inconsistency is explained by the mismatch, not reported again.
     assert ("nic-fw-inconsistent", ("gpu03",)) not in diagnoses
     assert {cause for cause, _ in diagnoses} == {"nic-fw-driver-mismatch", "nic-fw-inconsistent", "ib-port-down"}
+
+
+def _ibpanic_as_recorded():
+    # The real ibpanic capture (corpus MANIFEST: leptonai/gpud#752) as a node records it: the CA
+    # listing on stdout, ibpanic's line on stderr (ibpanic writes there) and exit code 255.
+    text = corpus("ibv/ibstat-partial-output-then-ibpanic-stat-failed.txt")
+    cut = text.index("ibpanic:")
+    return result("ibstat", text[:cut], exit_code=255, stderr=text[cut:], command=("ibstat",))
+
+
+def test_ibstat_that_fails_part_way_keeps_the_ports_it_listed_and_says_it_failed():
+    host = make_host({"ibstat": _ibpanic_as_recorded()})
+    assert [d.name for d in host.ib.devices] == ["mlx5_7"] and host.ib.devices[0].ports[0].state == "ACTIVE"
+    f = one(run_check("ib-port-down", host), "warn")
+    assert "ibstat exited with code 255 after listing mlx5_7" in f.summary
+    assert "stat of IB device 'mlx5_8' failed" in f.summary and "probe-truncated" in f.symptoms
+    # A check that judged the listed NIC passes nothing about the ones never listed.
+    f = one(run_check("nic-fw-inconsistent", host), "error")
+    assert f.summary.startswith("judged only what the output showed before it broke off")
+
+
+def test_ibstat_that_fails_before_any_device_is_still_a_failed_probe():
+    failed = result("ibstat", "", exit_code=255, stderr="ibpanic: [1] main: stat of IB device 'mlx5_0' failed",
+                    command=("ibstat",))
+    f = one(run_check("ib-port-down", make_host({"ibstat": failed})), "error")
+    assert f.symptoms == ("probe-failed",) and "exit code 255" in f.summary

@@ -170,13 +170,15 @@ def test_gpu_without_nvlink_is_skipped():
     assert f.summary == "NVIDIA L40S has no NVLink (Device does not have or support Nvlink)"
 
 
-def test_v100_hybrid_cube_mesh_has_no_profile_so_only_link_states_are_judged():
+def test_v100_hybrid_cube_mesh_has_no_profile_so_its_part_sets_the_link_count():
     # Healthy: all 6 links of every V100-SXM2 up; the NV1/NV2/SYS mix is by design and the
-    # generic profile holds it to no NV# figure.
+    # generic profile holds it to no NV# figure; the part (playbooks/nvlink_parts.yaml) to 6 links.
     f = nvlink({STATUS: load("nvlink/v100-sxm2-8gpu-nvlink-s-6-links.txt"),
                 TOPO: load("topo/v100-sxm2-8gpu-hybrid-cube-mesh-nv1-nv2-4nics-ansi.txt")}, "generic")
     assert f.status is Status.PASS
-    assert f.summary.startswith("8 GPUs: all 48 listed links active; link count, speed and topology not judged")
+    assert f.summary.startswith("8 GPUs x 6 links active [the V100 SXM2/SXM3 (NVLink2) has 6 links per GPU, "
+                                "from its form factor")
+    assert "speed and topology not judged" in f.summary
 
 
 def test_generic_profile_without_link_status_is_skipped():
@@ -301,3 +303,46 @@ def test_throughput_counters_in_the_errors_probe_are_unreadable():
 def test_errors_probe_not_collected_is_not_judged():
     f = errors({})
     assert (f.status, f.summary) == (Status.SKIP, "not judged: nvidia-smi-nvlink-errors not collected in this bundle")
+
+
+def test_sxm_gpus_with_every_link_inactive_fail_without_a_profile():
+    # The real 8-GPU V100-SXM2 capture with every GPU's link lines replaced by NVML's
+    # all-links-inactive line (as the real RTX A6000 capture prints it): an SXM module has NVLink,
+    # so this is a dead fabric, not "no NVLink expectation".
+    text = load("nvlink/v100-sxm2-8gpu-nvlink-s-6-links.txt")
+    message = load("nvlink/rtx-a6000-3gpu-bridged-pair-plus-unbridged-all-inactive.txt").splitlines()[-1]
+    blocks = re.split(r"(?m)^(?=GPU \d+:)", text)
+    dead = "".join(b.splitlines(keepends=True)[0] + message + "\n" for b in blocks if b)
+    f = nvlink({STATUS: dead}, "generic")
+    assert f.status is Status.FAIL and f.symptoms == ("nvlink-down",)
+    assert f.summary.startswith("GPU0 (Tesla V100-SXM2-32GB): all links inactive (NVML: Unable to retrieve")
+    assert "the V100 SXM2/SXM3 (NVLink2) has 6 links per GPU, from its form factor" in f.summary
+
+
+def test_an_sxm_gpu_listing_fewer_links_than_its_part_fails_without_a_profile():
+    # The real V100-SXM2 capture with GPU 4's links 4 and 5 lines gone (a GPU that lost two links
+    # lists fewer).
+    text = set_link(set_link(load("nvlink/v100-sxm2-8gpu-nvlink-s-6-links.txt"), 4, 4, None), 4, 5, None)
+    f = nvlink({STATUS: text}, "generic")
+    assert f.status is Status.FAIL and "GPU4 (Tesla V100-SXM2-32GB): 4 of 6 links listed" in f.summary
+
+
+@pytest.mark.parametrize("name, family, links", [
+    ("Tesla V100-SXM2-32GB", "V100", 6), ("NVIDIA A100-SXM4-80GB", "A100", 12), ("NVIDIA A800-SXM4-80GB", "A800", None),
+    ("NVIDIA H100 80GB HBM3", "H100", 18), ("NVIDIA H200", "H200", 18), ("NVIDIA H800", "H800", 8),
+    ("NVIDIA B200", "B200", 18),
+])
+def test_sxm_parts_and_their_link_counts(name, family, links):
+    # Product names as nvidia-smi prints them in the corpus captures (and, for H800, a public capture).
+    from preflight.knowledge.nvlink_parts import part_of
+
+    part = part_of(name)
+    assert part.family.startswith(family) and part.links_per_gpu == links
+
+
+@pytest.mark.parametrize("name", ["NVIDIA A100-PCIE-40GB", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL",
+                                  "NVIDIA H800 PCIe", "NVIDIA L40S", "NVIDIA RTX A6000"])
+def test_pcie_cards_are_no_sxm_part(name):
+    from preflight.knowledge.nvlink_parts import part_of
+
+    assert part_of(name) is None

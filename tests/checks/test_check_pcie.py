@@ -207,3 +207,36 @@ def test_one_failed_source_does_not_stop_the_others():
     broken = result("lspci", b"", exit_code=1, command=("lspci", "-vvv"), stderr="pcilib: Cannot open /sys/bus/pci")
     [f] = pcie({"nvidia-smi-q-x": h200(), "lspci": broken, "kernel-log": H200_DMESG})
     assert f.status is Status.PASS and "unavailable: lspci -vvv failed with exit code 1" in f.summary
+
+
+# ---- a GPU inside a virtual machine --------------------------------------------------------
+
+def test_a_vm_gpu_in_p0_at_x8_of_x16_warns_with_the_reason():
+    # The real H200 VM capture (Virtualization Mode: Pass-Through) with its link width at 8x:
+    # the guest's virtual slot, not a fault the card can be blamed for.
+    xml = (CORPUS / "h200-vm" / "smi-q.xml").read_text()
+    assert "<virtualization_mode>Pass-Through</virtualization_mode>" in xml
+    [f] = pcie({"nvidia-smi-q-x": with_gpu_values(xml, 0, {"current_link_width": "8x"})})
+    assert (f.status, f.symptoms) == (Status.WARN, ("pcie-link-degraded",))
+    assert "GPU0 00000000:00:06.0 in P0 at Gen5 x8 of Gen5 x16 (nvidia-smi) inside a virtual machine " \
+           "(Virtualization Mode: Pass-Through): the link is the guest's virtual slot's" in f.summary
+
+
+def test_the_same_link_on_bare_metal_still_fails():
+    # The derived 8-GPU HGX node prints Virtualization Mode None, as bare-metal captures do.
+    xml = h200(2, current_link_width="8x")
+    assert "<virtualization_mode>None</virtualization_mode>" in xml
+    [f] = pcie({"nvidia-smi-q-x": xml}, "hgx-h200")
+    assert f.status is Status.FAIL and "inside a virtual machine" not in f.summary
+
+
+def test_a_vm_node_of_8_gpus_warns_in_text_too():
+    from derived import h200_node_text
+
+    text = h200_node_text(8, vm=True)
+    gpu3 = text.index("GPU 00000000:5D:00.0")
+    width = text.index("Current", text.index("Link Width", gpu3))
+    text = text[:width] + text[width:].replace(": 16x", ": 8x", 1)
+    [f] = pcie({"nvidia-smi-q": text}, "hgx-h200")
+    assert f.status is Status.WARN and "GPU3 00000000:5D:00.0 in P0 at Gen5 x8 of Gen5 x16" in f.summary
+    assert "Pass-Through" in f.summary

@@ -12,6 +12,7 @@ import random
 import re
 from pathlib import Path
 
+import pytest
 from ctx import make_host, result, run_check
 
 from preflight.model import Status
@@ -70,17 +71,67 @@ def _cut_xml() -> str:
     return xml[: second_gpu + 500]
 
 
-def test_an_xml_cut_mid_file_is_unreadable_not_missing_gpus():
+def test_an_xml_cut_mid_file_with_no_other_count_is_an_error_not_missing_gpus():
     probes = _node(nvidia_smi_q_x=_cut_xml())
     del probes["nvidia-smi-q"]
     [f] = run_check("gpu-inventory", make_host(probes, "hgx-h200"))
-    assert f.status is Status.ERROR and "gpu-missing" not in f.symptoms
-    assert "its attached_gpus says 8, 2 GPU element(s) read" in f.summary
+    assert f.status is Status.ERROR and "gpu-missing" not in f.symptoms and "probe-truncated" in f.symptoms
+    assert "1 GPU section(s) read whole; GPU 00000000:2A:00.0 only in part" in f.summary
+    assert "6 of the 8 GPUs its header counts never shown" in f.summary
 
 
-def test_an_xml_cut_mid_file_falls_back_to_the_text_report():
+def test_an_xml_cut_mid_file_falls_back_to_the_text_report_and_says_so():
     [f] = run_check("gpu-inventory", make_host(_node(nvidia_smi_q_x=_cut_xml()), "hgx-h200"))
-    assert f.status is Status.PASS and "8" in f.summary
+    assert f.status is Status.WARN and f.summary.startswith("8 x NVIDIA H200")
+    assert "probe-truncated" in f.symptoms and "read nvidia-smi -q instead" in f.summary
+
+
+def _cuts() -> dict[str, str]:
+    # gpu001's 8-GPU XML (tests/derived.py from the real H200 capture) cut where a dying
+    # nvidia-smi or a cut capture leaves it: after GPU 2 of 8, inside GPU 0, before any <gpu>.
+    xml = _out("nvidia-smi-q-x")
+    starts = [m.start() for m in re.finditer("<gpu id=", xml)]
+    return {"after GPU 2 of 8": xml[:starts[2]], "inside GPU 0": xml[:xml.index("</product_name>") + 40],
+            "before the first GPU": xml[:starts[0]]}
+
+
+CUT_NEVER_SHOWN = {"after GPU 2 of 8": "6 of the 8", "inside GPU 0": "7 of the 8", "before the first GPU": "8 of the 8"}
+
+
+@pytest.mark.parametrize("where", sorted(CUT_NEVER_SHOWN))
+def test_a_cut_xml_never_passes_the_gpus_it_did_not_show(where):
+    # Other probes (nvlink --status, topo -m, lspci) count 8: no gpu-missing, no PASS either.
+    probes = {**_node(nvidia_smi_q_x=_cuts()[where]), **{p: _out(p) for p in ("nvidia-smi-nvlink-status",
+                                                                            "nvidia-smi-topo")}}
+    del probes["nvidia-smi-q"]
+    host = make_host(probes, "hgx-h200")
+    [inventory] = run_check("gpu-inventory", host)
+    assert inventory.status is Status.ERROR and inventory.symptoms == ("probe-truncated",)
+    assert f"{CUT_NEVER_SHOWN[where]} GPUs its header counts never shown" in inventory.summary
+    assert "8 x NVIDIA H200 (counted by nvidia-smi nvlink --status" in inventory.summary
+    for check in ("gpu-memory", "gpu-reset", "persistence-mode", "clock-events", "pcie-link"):
+        for f in run_check(check, host):
+            assert f.status is not Status.PASS and f.status is not Status.SKIP, (check, f.summary)
+            assert "probe-truncated" in f.symptoms, check
+
+
+def test_a_header_with_no_gpu_is_not_gpu_missing_when_other_probes_show_them():
+    xml = _out("nvidia-smi-q-x")
+    probes = {"nvidia-smi-q-x": xml[:xml.index("<attached_gpus>")], "lspci": _out("lspci"),
+              "nvidia-smi-nvlink-status": _out("nvidia-smi-nvlink-status")}
+    [f] = run_check("gpu-inventory", make_host(probes, "hgx-h200"))
+    assert f.status is Status.ERROR and "gpu-missing" not in f.symptoms
+    assert "attached_gpus) never came" in f.summary
+
+
+def test_a_cut_xml_still_fails_on_what_it_did_show():
+    # GPU 0 of the cut output has a pending row remap: that FAIL stands, with the cut named.
+    from derived import with_gpu_values
+
+    xml = with_gpu_values(_out("nvidia-smi-q-x"), 0, {"remapped_row_pending": "Yes"})
+    cut = xml[:[m.start() for m in re.finditer("<gpu id=", xml)][2]]
+    [f] = run_check("gpu-memory", make_host({"nvidia-smi-q-x": cut}, "hgx-h200"))
+    assert f.status is Status.FAIL and "probe-truncated" in f.symptoms and "6 of the 8" in f.summary
 
 
 def test_missing_gpu_evidence_does_not_turn_garbled_nic_evidence_into_a_skip():
@@ -124,3 +175,130 @@ def test_more_gpus_than_the_platform_has_is_a_finding():
     [f] = run_check("gpu-inventory", make_host({"nvidia-smi-q-x": xml}, "hgx-h200"))
     assert f.status is Status.WARN and f.symptoms == ("gpu-count-unexpected",)
     assert f.summary.startswith("9 GPUs visible, more than the 8 of a NVIDIA HGX H200 8-GPU")
+
+
+def _devinfo_damaged(header: bytes) -> bytes:
+    # gpu001's 8-NIC ibv_devinfo with invalid UTF-8 bytes in mlx5_3's section header.
+    raw = (NODE / "ibv-devinfo.txt").read_bytes()
+    assert raw.count(b"hca_id: mlx5_3\n") == 1
+    return raw.replace(b"hca_id: mlx5_3\n", header)
+
+
+@pytest.mark.parametrize("header", [b"hca_\xffid: mlx5_3\n", b"hca_id\xc3 mlx5_3\n", b"hca_id: mlx5_\xfe3\n"])
+def test_a_nic_block_with_undecodable_bytes_is_not_dropped(header):
+    host = make_host({"ibv-devinfo": _devinfo_damaged(header)}, "hgx-h200")
+    assert len(host.ib.devices) == 8
+    found = run_check("ib-port-down", host)
+    assert [f.status for f in found] == [Status.WARN], [f.summary for f in found]
+    assert "bytes that are not text" in found[0].summary and found[0].symptoms == ("probe-unreadable",)
+    assert "7 port(s)" not in found[0].summary
+
+
+def test_a_node_listing_fewer_nics_than_its_profile_fails():
+    # gpu001's ibv_devinfo with mlx5_3's block removed: 7 healthy ports are no pass of 8 NICs.
+    text = _out("ibv-devinfo")
+    text = text[:text.index("hca_id: mlx5_3")] + text[text.index("hca_id: mlx5_4"):]
+    [f] = run_check("ib-port-down", make_host({"ibv-devinfo": text}, "hgx-h200"))
+    assert f.status is Status.FAIL and f.symptoms == ("nic-missing",)
+    assert f.summary.startswith("7 ConnectX-7 NIC(s) listed, the NVIDIA HGX H200 8-GPU has 8 (from ibv-devinfo")
+
+
+def _fleet(bad: dict) -> list:
+    # Three copies of gpu001 as recorded, and one with the damaged outputs in ``bad``.
+    good = {p: _out(p) for p in ("nvidia-smi-q", "ibv-devinfo")}
+    return [make_host(good, "hgx-h200", name=f"gpu00{i}") for i in (1, 2, 3)] + \
+        [make_host({**good, **bad}, "hgx-h200", name="gpu004")]
+
+
+def test_a_nul_byte_in_the_driver_version_is_unreadable_not_drift():
+    from ctx import run_fleet_check
+
+    text = _out("nvidia-smi-q")
+    line = re.search(r"Driver Version\s+: 580.159.04\n", text).group()
+    hosts = _fleet({"nvidia-smi-q": text.replace(line, line.replace("04\n", "04\x00\n"))})
+    by_host = {f.host: f for f in run_fleet_check("fleet-consistency", hosts)}
+    assert by_host["gpu004"].status is Status.WARN and by_host["gpu004"].symptoms == ("probe-unreadable",)
+    assert by_host["gpu004"].summary.startswith("driver unreadable (nvidia-smi's report header)")
+    assert all(by_host[h].status is Status.PASS for h in ("gpu001", "gpu002", "gpu003"))
+
+
+def test_a_control_byte_in_a_vbios_version_is_unreadable_not_drift():
+    from ctx import run_fleet_check
+
+    text = _out("nvidia-smi-q")
+    vbios = re.search(r"VBIOS Version\s+: (\S+)", text).group(1)
+    hosts = _fleet({"nvidia-smi-q": text.replace(vbios, vbios[:4] + "\x1b" + vbios[4:], 1)})
+    by_host = {f.host: f for f in run_fleet_check("vbios-consistency", hosts)}
+    assert by_host["gpu004"].status is Status.WARN and by_host["gpu004"].summary.startswith("VBIOS unreadable (GPU ")
+    assert "vbios-drift" not in by_host["gpu004"].symptoms
+
+
+def test_a_nul_byte_in_a_nic_firmware_string_is_unreadable_not_a_mismatch():
+    from ctx import run_fleet_check
+
+    text = _out("ibv-devinfo")
+    damaged = text.replace("28.46.1006", "28.46.1006\x00", 1)
+    host = make_host({"ibv-devinfo": damaged}, "hgx-h200")
+    found = {f.status: f for f in run_check("nic-fw-inconsistent", host)}
+    assert Status.FAIL not in found
+    assert found[Status.WARN].summary.startswith("firmware unreadable, not compared: mlx5_0: fw_ver unreadable")
+    assert found[Status.WARN].symptoms == ("probe-unreadable",)
+    fleet = run_fleet_check("nic-fw-fleet-consistency", _fleet({"ibv-devinfo": damaged}))
+    assert all(f.status is not Status.FAIL for f in fleet)
+
+
+SMI_PROBES = {"nvidia-smi-q-x": ("-q", "-x"), "nvidia-smi-q": ("-q",), "nvidia-smi-topo": ("topo", "-m"),
+              "nvidia-smi-nvlink-status": ("nvlink", "--status"), "nvidia-smi-nvlink-errors": ("nvlink", "-e")}
+
+
+def _smi_answers(failed: dict[str, int]) -> dict:
+    # gpu001's nvidia-smi outputs as a run records them; the probes in ``failed`` exited with that
+    # code and printed only the loader's complaint, as a node whose driver library went missing does.
+    out = {}
+    for probe, args in SMI_PROBES.items():
+        if probe in failed:
+            out[probe] = result(probe, b"", exit_code=failed[probe], command=("nvidia-smi", *args),
+                                stderr="nvidia-smi: error while loading shared libraries: libnvidia-ml.so.1: "
+                                       "cannot open shared object file: No such file or directory")
+        else:
+            out[probe] = result(probe, _out(probe), command=("nvidia-smi", *args))
+    return out
+
+
+def test_exit_127_of_one_probe_is_not_a_missing_tool_when_the_tool_answered_others():
+    probes = _smi_answers({"nvidia-smi-q-x": 127, "nvidia-smi-q": 127})
+    [f] = run_check("gpu-memory", make_host(probes, "hgx-h200"))
+    assert f.status is Status.ERROR and f.symptoms == ("probe-failed",), f.summary
+    assert "not installed" not in f.summary
+    assert "nvidia-smi -q -x exited 127 although nvidia-smi answered 3 other probe(s) on this host" in f.summary
+
+
+def test_exit_127_of_every_probe_of_a_tool_is_still_a_missing_tool():
+    probes = _smi_answers(dict.fromkeys(SMI_PROBES, 127))
+    [f] = run_check("gpu-memory", make_host(probes, "hgx-h200"))
+    assert f.status is Status.ERROR and f.symptoms == ("tool-missing",)
+    assert "nvidia-smi is not installed" in f.summary
+
+
+def _text_cut_after_gpu_2() -> str:
+    # gpu001's 8-GPU text report (tests/derived.py, from the real H200 capture) cut before GPU 3.
+    text = _out("nvidia-smi-q")
+    return text[:text.index("GPU 00000000:3A:00.0")]
+
+
+def test_a_text_report_cut_short_is_not_gpu_missing_and_passes_no_gpu():
+    probes = {"nvidia-smi-q": _text_cut_after_gpu_2(), "nvidia-smi-nvlink-status": _out("nvidia-smi-nvlink-status")}
+    host = make_host(probes, "hgx-h200")
+    [f] = run_check("gpu-inventory", host)
+    assert f.status is Status.ERROR and f.symptoms == ("probe-truncated",), f.summary
+    assert "lists 2 GPU section(s) of the 8 its header counts" in f.summary
+    [f] = run_check("gpu-memory", host)
+    assert f.status is Status.ERROR and "probe-truncated" in f.symptoms
+
+
+def test_a_text_report_that_names_a_gpu_it_cannot_reach_is_a_missing_gpu_not_a_cut():
+    # The line nvidia-smi prints for a GPU fallen off the bus (NVIDIA/open-gpu-kernel-modules#387),
+    # after the two GPUs the report lists; the header still counts 8.
+    text = _text_cut_after_gpu_2() + "Unable to determine the device handle for GPU 0000:3A:00.0: Unknown Error\n"
+    [f] = run_check("gpu-inventory", make_host({"nvidia-smi-q": text}, "hgx-h200"))
+    assert f.status is Status.FAIL and f.symptoms == ("gpu-missing",), f.summary

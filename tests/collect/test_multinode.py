@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 from ctx import _CHECKS, make_host
-from derived import CORPUS, H200_RUN, mpirun_all_reduce, tagged_warn
+from derived import CORPUS, H200_RUN, h200_node_xml, mpirun_all_reduce, tagged_warn
 
 from preflight.collect.multinode import (
     PROBE_FULL,
@@ -21,6 +21,7 @@ from preflight.collect.multinode import (
     PROBE_INTRA,
     MultinodeOptions,
     attribute,
+    gpus_of,
     inventory_names,
     pair_probe,
     plan_pairs,
@@ -355,3 +356,15 @@ def test_pair_probe_ids_are_bundle_safe(name):
     from preflight.evidence.bundle import _SAFE
 
     assert _SAFE.match(pair_probe(name, "gpu02"))
+
+
+def test_gpus_of_a_host_whose_smi_xml_was_cut_short_is_unknown_not_the_gpus_before_the_cut():
+    # The derived 8-GPU node's XML (tests/derived.py, from the real H200 capture) cut after GPU 2:
+    # two GPUs read are not the host's slots. The whole output still counts 8.
+    def smi(text: str) -> dict:
+        return {"nvidia-smi-q-x": ProbeResult("nvidia-smi-q-x", "h", ("nvidia-smi",), text.encode(), exit_code=0)}
+
+    xml = h200_node_xml(8)
+    cut = xml[:xml.index("<gpu id=", xml.index("<gpu id=", xml.index("<gpu id=") + 1) + 1)]
+    assert gpus_of(smi(xml)) == 8 and cut.count("<gpu id=") == 2
+    assert gpus_of(smi(cut)) is None

@@ -291,6 +291,41 @@ def test_xml_truncated_keeps_what_was_read():
     assert len(report.notes) == 1 and report.notes[0].startswith("XML truncated or malformed")
 
 
+@pytest.mark.parametrize("capture", ["h200-vm/smi-q.xml", "smi-q/a100-sxm4-80gb-drv535-q-x-dtd-v12.txt",
+                                     "smi-q/a10g-drv515-q-x-dtd-v11-throttle-names.txt"])
+def test_xml_cut_inside_or_before_its_gpu_says_what_was_not_read(capture):
+    # Real captures cut inside the <gpu> section (after its product name) and just before it.
+    original = read(capture)
+    whole = parse_smi_xml(original)
+    attached = whole.attached_gpus  # the A100 capture is one GPU of a 4-GPU node's output
+    assert whole.cut is None  # whole: nothing said
+    inside = parse_smi_xml(original[: original.index("</product_name>") + 40])
+    assert len(inside.gpus) == 1 and inside.gpus[0].name == whole.gpus[0].name and inside.attached_gpus == attached
+    assert f"0 GPU section(s) read whole; GPU {whole.gpus[0].pci_bus_id} only in part (its section was cut)" in inside.cut
+    before = parse_smi_xml(original[: original.index("<gpu id=")])
+    assert before.gpus == () and before.attached_gpus == attached
+    assert f"{attached} of the {attached} GPUs its header counts never shown" in before.cut
+
+
+def test_xml_with_text_after_its_end_is_whole_not_cut():
+    # The real capture with a line a wrapper printed after nvidia-smi finished.
+    report = parse_smi_xml(read("h200-vm/smi-q.xml") + "\nsh: 1: warning: job control turned off\n")
+    assert report.cut is None and len(report.gpus) == 1 and report.gpus[0].name == "NVIDIA H200"
+
+
+def test_xml_cut_in_its_header_says_the_gpu_count_never_came():
+    original = read("h200-vm/smi-q.xml")
+    report = parse_smi_xml(original[: original.index("<attached_gpus>") + len("<attached_gpus>")])
+    assert report.gpus == () and report.attached_gpus is None
+    assert report.cut.endswith("the header's GPU count (attached_gpus) never came")
+
+
+def test_text_excerpt_with_elisions_is_no_cut():
+    # The real A100 excerpt: one GPU of the 8 its header counts, its author's "[...]" in between.
+    report = parse_smi_text(read("smi-q/a100-sxm4-80gb-drv510-remapped-rows-pending-excerpt.txt"))
+    assert report.attached_gpus == 8 and len(report.gpus) == 1 and report.cut is None
+
+
 def test_text_truncated_keeps_what_was_read():
     # The h100 capture cut halfway through its Temperature section.
     original = read("smi-q/h100-80gb-hbm3-drv590-under-load.txt")
@@ -353,7 +388,7 @@ def test_the_path_index_finds_what_element_find_finds_in_every_real_xml():
     find() per field: on every real -q -x capture each field's path gives the same element."""
     import xml.etree.ElementTree as ET
 
-    from preflight.parse import nvidia_smi as ns
+    from preflight.parse import smi_fields, smi_xml
 
     root_dir = Path(__file__).resolve().parents[2]
     files = [p for p in sorted(root_dir.glob("tests/fixtures/**/*.txt")) + sorted(root_dir.glob("examples/**/*.txt"))
@@ -365,8 +400,8 @@ def test_the_path_index_finds_what_element_find_finds_in_every_real_xml():
         except ET.ParseError:
             continue  # cut captures go through the incremental reader; same lookup afterwards
         for gpu in root.findall("gpu"):
-            index = ns._path_index(gpu)
-            for field in ns._GPU_FIELDS:
+            index = smi_xml._path_index(gpu)
+            for field in smi_fields.GPU_FIELDS:
                 for xml_path in field.xml:
                     assert index.get(xml_path) is gpu.find(xml_path), (path.name, xml_path)
                     checked += 1
@@ -412,15 +447,16 @@ def test_dropping_the_supported_clocks_changes_no_report(monkeypatch):
     """parse_smi_xml leaves the <supported_clocks> sections (over half of an H200's XML) out of
     the parse. Every real capture, whole, cut or damaged, reads exactly as it does parsed as
     it came: the same SmiReport, or the same ParseError."""
-    from preflight.parse import nvidia_smi as ns
+    from preflight.parse import smi_xml
 
     captures = _real_xml_captures()
     texts = [variant for text in captures for variant in _variants(text)]
     pruned = [_outcome(t) for t in texts]
-    monkeypatch.setattr(ns, "_without_unread_sections", lambda text: text)
+    monkeypatch.setattr(smi_xml, "_without_unread_sections", lambda text: text)
     as_it_came = [_outcome(t) for t in texts]
     assert len(captures) >= 5 and sum("<supported_clocks>" in t for t in captures) >= 5
     for text, got, expected in zip(texts, pruned, as_it_came, strict=True):
         assert got == expected, (len(text), text[-80:])
-    assert sum(isinstance(o, str) for o in as_it_came) > 10  # cut before the GPU count: errors
+    # cut: reports that say so (or errors, cut before the root element)
+    assert sum(isinstance(o, str) or o.cut is not None for o in as_it_came) > 10
     assert sum(bool(o.notes) for o in as_it_came if not isinstance(o, str)) > 10  # cut after
