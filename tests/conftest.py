@@ -44,6 +44,19 @@ def _why_no_simcluster() -> str | None:
     return None
 
 
+# Under pytest-xdist (the README's test command: -n auto --dist loadgroup) the tests that run
+# daemons (marked root: sshd, slurmd, PostgreSQL beside them) and the real vLLM servers share one
+# worker, in order: no two of them compete for a two-core machine's cores, where a slowed vLLM
+# server or a starved slurmd would make a timing flaky. Everything else spreads over the others.
+_HEAVY_FILES = {"test_vllm_cpu.py", "test_soak_vllm_e2e.py"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("root") is not None or item.path.name in _HEAVY_FILES:
+            item.add_marker(pytest.mark.xdist_group("heavy"))
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("root") is not None and (reason := _why_no_simcluster()):
         pytest.skip(reason)

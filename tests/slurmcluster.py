@@ -118,7 +118,10 @@ class SlurmCluster:
         key.chmod(0o600)
         argv = ["/usr/sbin/munged", "--foreground", "--force", f"--socket={self.munge_socket}",
                 f"--key-file={key}", f"--pid-file={self.dir / 'run' / 'munged.pid'}",
-                f"--log-file={self.dir / 'log' / 'munged.log'}", f"--seed-file={self.dir / 'run' / 'munged.seed'}"]
+                f"--log-file={self.dir / 'log' / 'munged.log'}", f"--seed-file={self.dir / 'run' / 'munged.seed'}",
+                # Every daemon of every simulated node asks this one munged: its default two threads
+                # time out under a 64-task step ("If munged is up, restart with --num-threads=10").
+                "--num-threads=10"]
         self._procs["munged"] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                                  start_new_session=True)
         _wait(lambda: self.munge_socket.exists() or self._procs["munged"].poll() is not None, 10)
