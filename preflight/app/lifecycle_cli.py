@@ -104,6 +104,8 @@ def _show_pass(p: controller.Pass, console: Console, dry_run: bool) -> None:
     if p.lock_holder:
         console.print(f"another lifecycle holds the store's lock ({p.lock_holder}): nothing done", **PLAIN)
         return
+    if p.took_over:
+        console.print(f"took over the store's lock from {p.took_over}, which no longer runs", **PLAIN)
     for o in p.outcomes:
         if o.waiting:
             console.print(f"{o.node}: waiting: {o.waiting}", **PLAIN)
@@ -122,7 +124,7 @@ def _show_pass(p: controller.Pass, console: Console, dry_run: bool) -> None:
 
 
 def _pass_json(p: controller.Pass) -> dict:
-    return {"lock_holder": p.lock_holder, "stopped": p.stopped,
+    return {"lock_holder": p.lock_holder, "took_over": p.took_over, "stopped": p.stopped,
             "steps": [{"node": o.node, "to": o.step.state.state, "why": o.step.why,
                        "actions": [{"kind": a.kind, "reason": a.reason} for a in o.step.actions],
                        "done": list(o.done), "refused": o.refused} for o in p.outcomes if o.step.moved],

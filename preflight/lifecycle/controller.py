@@ -4,7 +4,8 @@ each decision and carry out its actions.
 
 Order matters for what can go wrong:
 - The lock first: two controllers at once (a systemd timer and an operator, or two hosts) see
-  one of them act; the other reports who holds it and does nothing.
+  one of them act; the other reports who holds it and does nothing. A lock whose holder was a
+  controller of this host that no longer runs is taken over, and the pass says so.
 - A node's new state and the event that says why are written *before* its action runs. A store
   that cannot take them stops the pass there: no drain, reset or reboot happens that the store
   could not remember, and the pass says so. The action's outcome is written after it.
@@ -45,6 +46,7 @@ class Outcome:
 class Pass:
     outcomes: list[Outcome] = field(default_factory=list)
     lock_holder: str | None = None  # set when another controller holds the lock
+    took_over: str | None = None  # the holder of a lock left by a controller of this host that is gone
     stopped: str | None = None  # the store failed mid-way: nothing after this was done
 
     @property
@@ -54,6 +56,20 @@ class Pass:
 
 def holder_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _gone(holder: str) -> bool:
+    """Whether ``holder`` names a controller of this host whose process no longer runs."""
+    host, _, pid = holder.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _state_of(row: dict | None, node: str) -> LifeState:
@@ -140,11 +156,18 @@ def run_pass(store: Store, policy: Policy, timings: Mapping, now: float, effects
     result = Pass()
     holder = holder or holder_name()
     clock = clock or (lambda: now)
-    ttl = LOCK_TTL_S + float(getattr(effects, "longest_s", 0.0))
-    if not dry_run and not kept.take_lock(store, LOCK, holder, ttl, now):
+    longest = float(getattr(effects, "longest_s", 0.0))
+    if not dry_run and not kept.take_lock(store, LOCK, holder, LOCK_TTL_S, now):
         found = kept.lock_holder(store, LOCK)
-        result.lock_holder = found[0] if found else "another controller"
-        return result
+        if found and _gone(found[0]):
+            # Its controller died holding it (killed, or its store went away under it): a lock
+            # it cannot release would otherwise stop every pass until it expires.
+            kept.drop_lock(store, LOCK, found[0])
+            result.took_over = found[0]
+        if not result.took_over or not kept.take_lock(store, LOCK, holder, LOCK_TTL_S, now):
+            found = kept.lock_holder(store, LOCK)
+            result.lock_holder = found[0] if found else "another controller"
+            return result
     try:
         decided = decide(store, policy, timings, now, nodes, scheduler)
         room = _breaker(store, timings, now, len(decided))
@@ -154,7 +177,8 @@ def run_pass(store: Store, policy: Policy, timings: Mapping, now: float, effects
                 if lacking:
                     result.outcomes.append(Outcome(before.node, step, waiting=lacking))
                     break
-                outcome = _carry(store, before, step, effects, actor, room, dry_run, holder, ttl, clock() if n else now)
+                outcome = _carry(store, before, step, effects, actor, room, dry_run, holder, longest,
+                                 clock() if n else now)
                 result.outcomes.append(outcome)
                 if outcome.refused and outcome.refused.startswith(STOPPED):
                     result.stopped = outcome.refused[len(STOPPED):]
@@ -191,7 +215,7 @@ def _goes_on(o: Outcome) -> bool:
 
 
 def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, room: Breaker, dry_run: bool,
-           holder: str, ttl: float, now: float) -> Outcome:
+           holder: str, longest: float, now: float) -> Outcome:
     """One node's step: recorded, then carried out, its outcome recorded. A refusal starting
     with STOPPED means the store failed and the pass must end."""
     if not step.moved:
@@ -207,8 +231,9 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
              "at": now, "detail": {"from": before.state, "to": step.state.state,
                                    "actions": [a.kind for a in step.actions]}}
     try:
-        # A long action (a retest) keeps the lock for as long as it may take.
-        kept.take_lock(store, LOCK, holder, ttl, now)
+        # A long action (a retest) keeps the lock for as long as it may take; the rest, 5 minutes.
+        long = any(a.kind == "retest" for a in step.actions)
+        kept.take_lock(store, LOCK, holder, LOCK_TTL_S + (longest if long else 0.0), now)
         if moves:
             kept.put_state(store, _row(step.state), event)
         actions = [_with_store(store, a) for a in step.actions]

@@ -5,7 +5,10 @@ Slurm cluster they go to scontrol (tests/e2e/test_e2e_lifecycle.py)."""
 
 from __future__ import annotations
 
+import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 
 from runs import report
@@ -238,3 +241,28 @@ def test_a_retest_that_fails_twice_escalates_and_one_that_cannot_run_waits(store
         assert [a.kind for a in slurm_only.calls] == ["drain"]
         assert len(node_history(store, "n2", Window(0))["events"]) == before
         assert kept.node_states(store)["n2"]["state"] == "drained"
+
+
+def test_a_lock_left_by_a_controller_of_this_host_that_died_is_taken_over(store_url):
+    """A controller killed while holding the lock (or whose store went away before it could let
+    go) would stop every pass until the lock expired; one of this host that no longer runs is
+    taken over. Another host's, or a live one's, is respected."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": ECC})
+        now = at(1.001)
+        kept.take_lock(store, controller.LOCK, f"{socket.gethostname()}:{dead.pid}", 300, now)
+        rec = Recorder()
+        p = controller.run_pass(store, POLICY, TIMINGS, now + 1, rec, "test", scheduler={"n1": IDLE})
+        assert p.took_over == f"{socket.gethostname()}:{dead.pid}" and [a.kind for a in rec.calls] == ["drain"]
+        live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            for alive in (f"elsewhere:{dead.pid}", f"{socket.gethostname()}:{live.pid}"):
+                kept.take_lock(store, controller.LOCK, alive, 300, now + 2)
+                p = controller.run_pass(store, POLICY, TIMINGS, now + 3, Recorder(), "test", scheduler={"n1": OURS})
+                assert p.lock_holder == alive and p.took_over is None
+                kept.drop_lock(store, controller.LOCK, alive)
+        finally:
+            live.kill()
+            live.wait()
