@@ -45,15 +45,19 @@ def _why_no_simcluster() -> str | None:
 
 
 # Under pytest-xdist (the README's test command: -n auto --dist loadgroup) the tests that run
-# daemons (marked root: sshd, slurmd, PostgreSQL beside them) and the real vLLM servers share one
-# worker, in order: no two of them compete for a two-core machine's cores, where a slowed vLLM
-# server or a starved slurmd would make a timing flaky. Everything else spreads over the others.
-_HEAVY_FILES = {"test_vllm_cpu.py", "test_soak_vllm_e2e.py"}
+# daemons (marked root: sshd, slurmd, PostgreSQL beside them) share one worker, in order: no two
+# simulated clusters compete for a two-core machine's cores, where a starved slurmd would make a
+# timing flaky. Everything else spreads over the others. The real vLLM servers (marked vllm) run
+# after, on their own: vLLM's CPU engine spins a thread on every core, and beside anything else
+# its generation stalls (CI saw 0 tokens/s for 20 s while the other worker ran unit tests).
+_VLLM_FILES = {"test_vllm_cpu.py", "test_soak_vllm_e2e.py"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("root") is not None or item.path.name in _HEAVY_FILES:
+        if item.path.name in _VLLM_FILES:
+            item.add_marker(pytest.mark.vllm)
+        if item.get_closest_marker("root") is not None:
             item.add_marker(pytest.mark.xdist_group("heavy"))
 
 
