@@ -364,11 +364,11 @@ def test_real_vllm_cpu_sweep_with_goodput(tmp_path):
                for r in results)
     assert sum(r["completed"] for r in results) == load["requests_completed"]
     assert load["good_requests"] == pytest.approx(sum(r["request_goodput"] * r["duration"] for r in results), abs=1)
-    # More requests in flight got more tokens out on this tiny model.
+    # Every level put tokens out. How many more a higher level gets is a measurement, not a
+    # property this test can hold on two shared cores: clean-clone runs saw {2: 359, 8: 357,
+    # 32: 2,362} tokens/s and {2: 450, 8: 231, 32: 332}.
     tokens = {lv: statistics.median(w["output_tokens_per_s"] for w in ordered if w["concurrency"] == lv)
               for lv in SWEEP}
-    # Compared with the lowest level's: on two shared cores one middle level can come out level with
-    # it (CI saw 359 tokens/s at 2 and 357 at 8 in flight, then 2,362 at 32), the sweep's top not.
-    assert max(tokens[8], tokens[32]) > 1.2 * tokens[2], tokens
+    assert all(tokens[lv] > 0 for lv in SWEEP), tokens
     print(f"\nvllm-cpu sweep: tokens/s {tokens}, goodput req/s "
           f"{[round(r['request_goodput'], 2) for r in results]}, TTFT p99 ms {[round(r['p99_ttft_ms']) for r in results]}")
