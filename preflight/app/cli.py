@@ -9,7 +9,6 @@ written, with the file, line or option that is wrong.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import replace
@@ -26,7 +25,7 @@ from preflight.app import (
     drain_cli,
     healthcheck,
     lifecycle_cli,
-    listings,
+    listing_cli,
     options,
     prolog,
     soak_cli,
@@ -48,7 +47,6 @@ from preflight.collect.slurm_job import expand as expand_nodes
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import load_knowledge
-from preflight.diagnose.explain import UnknownCause, explain, find_cause, list_causes
 from preflight.evidence.bundle import new_run_id, read_bundle
 from preflight.evidence.merge import plan_merge, read_sources, write_merged
 from preflight.judge.figures import HISTORY_FACT
@@ -278,42 +276,6 @@ def _load_profiles(args):
     if args.profile and args.profile not in profiles:
         raise UsageError(f"--profile: unknown profile {args.profile!r}; known: {', '.join(sorted(profiles))}")
     return profiles
-
-
-def _listing(args, console: Console, records: list, plain: str, terminal_view) -> int:
-    """``--json``: the records; a terminal: ``terminal_view()``; a pipe: ``plain``, one record per
-    line, tab-separated, never wrapped (preflight.app.listings)."""
-    if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(listings.as_json(records), indent=2) + "\n")
-    elif console.is_terminal:
-        terminal_view()
-    else:
-        sys.stdout.write(plain)
-    return EXIT_OK
-
-
-def cmd_checks(args, console: Console) -> int:
-    records = listings.check_records(load_checks(args.checks_dir))
-
-    def view() -> None:
-        for c in records:
-            reads = (f"\n    facts: {', '.join(c.facts)}" if c.facts else "") + (
-                f"\n    probes: {', '.join(c.probes)}" if c.probes else "")
-            console.print(f"[bold]{c.id}[/] ({c.scope}) {c.summary}{reads}", highlight=False)
-
-    return _listing(args, console, records, listings.checks_tsv(records), view)
-
-
-def cmd_facts(args, console: Console) -> int:
-    """The facts a check can name, each with the probes it is derived from."""
-    records = listings.fact_records()
-
-    def view() -> None:
-        for f in records:
-            console.print(f"[bold]{f.name}[/] {f.doc}\n    probes: {', '.join(f.probes) or '(none: the profile)'}",
-                          highlight=False)
-
-    return _listing(args, console, records, listings.facts_tsv(records), view)
 
 
 def run_request(args):
@@ -565,25 +527,6 @@ def cmd_prolog(args, console: Console) -> int:
     return prolog.exit_code(next(iter(analysis.hosts.values())).status)
 
 
-def cmd_explain(args, console: Console) -> int:
-
-    kb = load_knowledge()
-    if args.cause and not args.list:
-        try:
-            cause = find_cause(args.cause, kb)
-        except UnknownCause as exc:
-            raise UsageError(str(exc)) from None
-        if args.json:
-            [record] = [r for r in listings.cause_records(kb) if r.id == cause.id]
-            sys.stdout.write(json.dumps(listings.as_json([record])[0], indent=2) + "\n")
-        else:
-            console.print(explain(cause.id, kb), end="", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_OK
-    records = listings.cause_records(kb)
-    return _listing(args, console, records, listings.causes_tsv(records),
-                    lambda: console.print(list_causes(kb), end="", markup=False, highlight=False, soft_wrap=True))
-
-
 def cmd_diff(args, console: Console) -> int:
 
     try:
@@ -605,8 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     # Error messages name files and options: never folded inside a path, whatever the width.
     err = Console(stderr=True, soft_wrap=True)
 
-    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": cmd_checks, "facts": cmd_facts,
-                "soak": soak_cli.cmd_soak, "explain": cmd_explain, "diff": cmd_diff, "merge": cmd_merge,
+    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": listing_cli.cmd_checks,
+                "facts": listing_cli.cmd_facts, "soak": soak_cli.cmd_soak, "explain": listing_cli.cmd_explain,
+                "diff": cmd_diff, "merge": cmd_merge,
                 "baseline": cmd_baseline,
                 "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume,
                 "prolog": cmd_prolog, "history": store_cli.cmd_history,

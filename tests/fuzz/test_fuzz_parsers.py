@@ -24,7 +24,8 @@ from preflight.parse.dcgm import DcgmDiag, parse_dcgmi_diag
 from preflight.parse.dcgm_health import DcgmHealth, parse_dcgmi_health
 from preflight.parse.ib_counters import CounterSnapshot, parse_ib_counters
 from preflight.parse.nccl_probe import NcclProbeOutput, parse_probe_output
-from preflight.parse.nccl_tests import NcclOutput, parse_nccl_json, parse_nccl_tests
+from preflight.parse.nccl_tests import NcclOutput, parse_nccl_tests
+from preflight.parse.nccl_tests_json import parse_nccl_json
 from preflight.parse.smi_text import TextNode, read_sections
 from preflight.parse.versions import Version, parse_version
 

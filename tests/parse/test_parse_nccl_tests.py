@@ -11,9 +11,9 @@ from preflight.parse.nccl_signatures import nccl_signatures
 from preflight.parse.nccl_tests import (
     bus_bandwidth_factor,
     largest_row,
-    parse_nccl_json,
     parse_nccl_tests,
 )
+from preflight.parse.nccl_tests_json import parse_nccl_json
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "corpus"
 NOT_MPI_NOTE = "nccl-tests not built with MPI: ranks ran as independent jobs"
