@@ -143,14 +143,16 @@ def probes_page(checks: list[Check]) -> str:
     out = [HEADER, "# Probes\n\n",
            "Every command a run can start on a node, in the order a node runs them (the active ones, which load "
            "the GPUs, after the static ones). Each one's stdout is saved verbatim in the bundle under its id "
-           "(`docs/contracts.md`). A node needs only the tool named; a missing tool makes the checks that need "
-           "it ERROR `tool-missing`. Script probes run a fixed script with `sh -c`; options reach it as "
+           "(`docs/contracts.md`). A node needs the tool named; a missing tool makes the checks that need "
+           "it ERROR `tool-missing`. A program a probe also runs that hung earlier on the node passes the "
+           "probe over (SKIP). Script probes run a fixed script with `sh -c`; options reach it as "
            "positional parameters, never as code.\n\n"]
     for r in listings.probe_records():
         out.append(f"## `{r.id}`\n\n{md(r.description)}\n\n")
         out.append(f"- command: `{' '.join(r.command)}`" + (" followed by the run's options" if r.parametrised
                                                              else "") + "\n")
-        out.append(f"- a node needs: `{r.tool}`\n")
+        out.append(f"- a node needs: `{r.tool}`" + (f"; it also runs {', '.join(f'`{c}`' for c in r.calls)}"
+                                                     if r.calls else "") + "\n")
         kind = "active (loads the node; `run --quick` leaves it out)" if r.active else (
             "static, read again after the active tests" if r.after_active else "static")
         out.append(f"- kind: {kind}\n")

@@ -60,6 +60,7 @@ class ProbeRecord:
     id: str
     description: str
     tool: str  # the program whose absence makes it tool-missing
+    calls: tuple[str, ...]  # the other programs its script runs (a hung one passes the probe over)
     command: tuple[str, ...]  # argv; a script probe's script is named, not pasted
     script: str | None  # the script file a `sh -c` probe runs
     active: bool
@@ -113,8 +114,8 @@ def probe_record(probe: Probe) -> ProbeRecord:
         script = _script_name(probe.argv[2])
         named = f"{SCRIPTS_DIR}/{script}" if script else "SCRIPT"
         command = ("sh", "-c", named, *probe.argv[3:])
-    return ProbeRecord(probe.id, probe.description, probe.tool, command, script, probe.active, probe.after_active,
-                       probe.arguments is not None)
+    return ProbeRecord(probe.id, probe.description, probe.tool, probe.tools[1:], command, script, probe.active,
+                       probe.after_active, probe.arguments is not None)
 
 
 def probe_records() -> list[ProbeRecord]:
