@@ -121,6 +121,12 @@ class SimCluster:
             raise SimClusterError("the cluster is not started: enter it first")
         return f"{_NET}.{self._lease.subnet}.{self._number[name]}"
 
+    def link_of(self, name: str) -> str:
+        """The root namespace's end of the host's veth pair (the bridge port toward the host)."""
+        if self._resources is None:
+            raise SimClusterError("the cluster is not started: enter it first")
+        return self._resources.links[self._number[name] - 1]
+
     def workdir_of(self, name: str) -> Path:
         """The host's own directory: its shims (bin/), sshd config, keys and `sshd.pid`."""
         if self._resources is None:

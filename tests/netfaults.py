@@ -1,0 +1,70 @@
+"""Real network faults on a SimCluster's links, for the fabric tests.
+
+This kernel has no ``netem`` (no delay, loss or corruption), so a slow NIC, cable or switch port
+is a token-bucket rate limit (``tc tbf``), a slow path between two hosts is an ``htb`` class that
+a ``u32`` filter feeds with the traffic to one destination only, and a hang is a link taken down.
+A host's egress is shaped on its ``eth0``; its ingress on the bridge port toward it (the root
+namespace's end of its veth pair), since a qdisc shapes only what a device sends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+
+from simcluster import SimCluster
+
+
+def _tc(netns: str | None, *args: str) -> None:
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    subprocess.run([*prefix, "tc", *args], check=True, capture_output=True, text=True, timeout=30)
+
+
+def _clear(netns: str | None, dev: str) -> None:
+    with contextlib.suppress(subprocess.CalledProcessError):
+        _tc(netns, "qdisc", "del", "dev", dev, "root")
+
+
+@contextlib.contextmanager
+def slow_host(cluster: SimCluster, name: str, rate: str = "20mbit") -> Iterator[None]:
+    """Every byte to or from ``name`` at ``rate``: a NIC, cable or switch port slow with any partner."""
+    netns, port = cluster.namespaces[name], cluster.link_of(name)
+    shaped = [(netns, "eth0"), (None, port)]
+    try:
+        for ns, dev in shaped:
+            _tc(ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", "32kbit",
+                "latency", "400ms")
+        yield
+    finally:
+        for ns, dev in shaped:
+            _clear(ns, dev)
+
+
+@contextlib.contextmanager
+def slow_path(cluster: SimCluster, a: str, b: str, rate: str = "20mbit") -> Iterator[None]:
+    """Traffic between ``a`` and ``b`` (both ways) at ``rate``; either host at full speed with others."""
+    ends = [(cluster.namespaces[a], cluster.address(b)), (cluster.namespaces[b], cluster.address(a))]
+    try:
+        for netns, peer in ends:
+            _tc(netns, "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb", "default", "1")
+            _tc(netns, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit")
+            _tc(netns, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:2", "htb", "rate", rate,
+                "ceil", rate)
+            _tc(netns, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                "match", "ip", "dst", f"{peer}/32", "flowid", "1:2")
+        yield
+    finally:
+        for netns, _ in ends:
+            _clear(netns, "eth0")
+
+
+@contextlib.contextmanager
+def link_down(cluster: SimCluster, name: str) -> Iterator[None]:
+    """The host's link down: its sessions hang rather than fail, as on a dead port."""
+    netns = cluster.namespaces[name]
+    subprocess.run(["ip", "netns", "exec", netns, "ip", "link", "set", "eth0", "down"], check=True, timeout=30)
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "netns", "exec", netns, "ip", "link", "set", "eth0", "up"], timeout=30)
