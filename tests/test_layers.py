@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("model", "contracts", "shipped"),
     ("parse",),
     ("knowledge",),
+    ("fabric",),
     ("collect",),
     ("evidence",),
     ("judge", "check", "plugin"),

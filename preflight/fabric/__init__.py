@@ -1,0 +1,1 @@
+"""Fabric acceptance planning: pure code that decides which runs to launch (no I/O)."""
