@@ -28,11 +28,17 @@ Where the fault is (symptoms that are cause ids, or that rules.yaml combines):
 - intra-node variant bad while inter-node passes -> ``nccl-intra-node-failed``;
 - a failed multi-node run (``nccl-multinode-failed``) while every host passed its own
   single-node run (``nccl-single-node-passed``) -> rules.yaml: the inter-node fabric;
-- re-pairing (``preflight.collect.multinode.attribute``): a host whose every 2-node run failed, with
-  a partner that passed another pair or that nothing suspected, FAILs on its own finding with
-  ``nccl-pair-failed`` (plus its pair runs' hang and WARN symptoms); the fleet finding then
-  names it and carries no symptom of its own, so the diagnosis lands on that host only.
-  Hosts that passed a pair PASS; hosts whose failures were only beside other suspects WARN.
+- the bisection (preflight/fabric/bisection.py, replayed from the saved ``nccl-bisect-*`` and
+  ``nccl-pair-*`` runs by preflight/judge/collective.py): a node that fails its 2-node runs
+  with trusted partners FAILs on its own finding with ``nccl-pair-failed`` (plus its runs'
+  hang and WARN symptoms); two nodes that fail only together FAIL with
+  ``collective-path-fault``; the fleet finding then names them and carries no symptom of its
+  own, so the diagnosis lands on those hosts only. Hosts cleared by a passing run PASS; hosts
+  left unresolved WARN. The fleet finding says what the walk cost: rounds, runs, node-runs.
+- the launcher could not start the test (ssh refused, Open MPI's daemon lost): the hosts it
+  names get ``collective-never-ran`` (ERROR: nothing was measured on them; no fabric fault).
+- NCCL failed before any results table: the transport its WARN line names
+  (``nccl-init-net-failed`` with the HCA, ``nccl-init-nvls-failed``, ``nccl-init-p2p-failed``).
 """
 
 from __future__ import annotations
@@ -40,20 +46,12 @@ from __future__ import annotations
 import re
 
 from preflight.check import error, fail, fleet_check, ok, skip, warn
-from preflight.collect.multinode import (
-    PAIR_PREFIX,
-    PROBE_FULL,
-    PROBE_INTER,
-    PROBE_INTRA,
-    VARIANTS,
-    MultinodeRun,
-    attribute,
-    inventory_names,
-    single_node_failed,
-    suspects,
-)
+from preflight.collect.multinode import PROBE_FULL, PROBE_INTER, PROBE_INTRA, VARIANTS, single_node_failed
 from preflight.collect.nccl import PROBE_ID as SINGLE_NODE_PROBE
+from preflight.fabric.bisection import PAIR_PREFIX
+from preflight.judge.collective import Expectation, RoundJudge, hang_named, is_bisection_probe, replay
 from preflight.model import Evidence
+from preflight.parse.collective_run import MPI_TOOL, MultinodeRun, read_run
 from preflight.parse.nccl_tests import NcclRun, largest_row
 
 LOW_WARN = 0.85
@@ -62,17 +60,16 @@ MIN_JUDGED_BYTES = 1 << 30
 FATAL_SIGNATURES = ("nccl-ib-retry-exceeded", "nccl-ib-completion-error", "nccl-ib-qp-timeout",
                     "nccl-net-unreachable", "nccl-socket-refused")
 _LABEL = {PROBE_FULL: "all hosts", PROBE_INTRA: "intra-node only", PROBE_INTER: "inter-node only"}
+INIT_SYMPTOM = {"NET/IB": "nccl-init-net-failed", "NVLS": "nccl-init-nvls-failed", "P2P": "nccl-init-p2p-failed"}
 
 
 @fleet_check("nccl-multinode", probes=[SINGLE_NODE_PROBE],
              summary="nccl all_reduce across nodes (mpirun; intra/inter-node split; culprit by re-pairing)")
 def nccl_multinode(fleet):
-    from preflight.collect.multinode import read_run
-
     if PROBE_FULL not in fleet.probes:
         return skip("not run: `preflight run --nccl-multinode` runs it on two or more reachable hosts")
     runs = {pid: read_run(fleet.probes[pid]) for pid in VARIANTS if pid in fleet.probes}
-    pairs = [read_run(r) for pid, r in fleet.probes.items() if pid.startswith(PAIR_PREFIX)]
+    walked = [read_run(r) for pid, r in fleet.probes.items() if is_bisection_probe(pid)]
     if all(r.state == "not-run" for r in runs.values()):
         missing = fleet.probes[PROBE_FULL].tool_missing
         return error(f"multi-node all_reduce could not run: {runs[PROBE_FULL].why}",
@@ -80,15 +77,18 @@ def nccl_multinode(fleet):
                      evidence=[Evidence(PROBE_FULL, runs[PROBE_FULL].why)])
 
     hosts = next((r.hosts for r in runs.values() if r.hosts), ())
+    never = [r for r in runs.values() if r.state == "never-ran"]
+    if never:
+        return _never_ran(fleet, never[0], hosts)
     v = _Verdict()
     for pid, run in runs.items():
         _judge_run(fleet, run, hosts, v, f"{_LABEL[pid]} ({_shape(run)})")
     _localise(fleet, runs, hosts, v)
-    host_outcomes = _judge_pairs(fleet, runs, pairs, hosts, v)
+    host_outcomes = _judge_bisection(fleet, runs, walked, hosts, v)
 
     culprits = [o.host for o in host_outcomes if o.status.value == "fail"]
     if culprits:
-        v.fails.insert(0, f"isolated by re-pairing: {', '.join(culprits)} (see the host finding)")
+        v.fails.insert(0, f"isolated by bisection: {', '.join(culprits)} (see the host findings)")
         v.symptoms.clear()
     summary = "; ".join(v.fails + v.warns + v.infos)
     verdict = fail if v.fails else warn if v.warns else ok
@@ -131,6 +131,9 @@ def _judge_run(fleet, run: MultinodeRun, hosts, v: _Verdict, label: str) -> None
     if run.state in ("hung", "failed"):
         v.add("fail", f"{label}: {run.state} ({run.why})", "nccl-hang" if run.state == "hung" else "nccl-failed",
               evidence=_tail(fleet, run.probe))
+    if run.init_failure is not None:
+        v.symptom(INIT_SYMPTOM[run.init_failure.transport])
+        v.evidence.append(Evidence(run.probe, run.init_failure.line[:300]))
     if run.wrong:
         v.add("fail", f"{label}: {run.wrong} wrong values", "nccl-data-corruption",
               evidence=_lines(fleet, run.probe, r"Out of bounds values\s*:\s*[1-9]"))
@@ -151,6 +154,11 @@ def _judge_signatures(run: MultinodeRun, v: _Verdict, label: str) -> None:
 
 
 def _judge_bandwidth(fleet, run: MultinodeRun, hosts, v: _Verdict, label: str) -> None:
+    if run.mpi is not None:
+        # The CPU engine: its speed is judged against the other runs of the bisection, not a profile.
+        v.data["runs"][run.probe].update(busbw_gbs=run.mpi.busbw_gbs, largest_bytes=run.mpi.nbytes)
+        v.add("info", f"{label}: MPI all_reduce busbw {run.mpi.busbw_gbs:.4g} GB/s at {run.mpi.nbytes} bytes")
+        return
     main = _main_run(run)
     row = largest_row(main) if main else None
     if row is None:
@@ -216,45 +224,69 @@ def _localise(fleet, runs: dict[str, MultinodeRun], hosts, v: _Verdict) -> None:
               "nccl-single-node-passed")
 
 
-def _judge_pairs(fleet, runs: dict[str, MultinodeRun], pairs: list[MultinodeRun], hosts, v: _Verdict) -> list:
-    if not pairs:
+def _never_ran(fleet, run: MultinodeRun, hosts) -> list:
+    """The launcher could not start the test: nothing was measured, no fabric is at fault."""
+    named = [h for h in hosts if h in run.unreachable] or list(run.unreachable)
+    who = ", ".join(named) or "a host Open MPI does not name"
+    evidence = _tail(fleet, run.probe)
+    summary = f"the test never ran: {who} unreachable from the launcher ({run.why})"
+    out = [error(summary, symptoms=["collective-never-ran"], evidence=[evidence],
+                 data={"unreachable": named, "runs": {run.probe: {"state": run.state, "hosts": list(run.hosts)}}})]
+    out += [error(f"the multi-node test never ran: unreachable from the launcher ({run.why})", host=h,
+                  symptoms=["collective-never-ran"], evidence=[evidence]) for h in named if h in hosts]
+    return out
+
+
+def _judge_bisection(fleet, runs: dict[str, MultinodeRun], walked: list[MultinodeRun], hosts, v: _Verdict) -> list:
+    if not walked:
         return []
-    single_failed = {h for h in hosts if h in fleet.hosts
-                     and single_node_failed(fleet.hosts[h].result(SINGLE_NODE_PROBE))}
-    named = inventory_names((n for r in runs.values() for n in r.named), hosts)
-    suspected = suspects(hosts, single_failed, named)
-    by_pair = {tuple(p.hosts): p for p in pairs if len(p.hosts) == 2}
-    att = attribute({pair: run.ok for pair, run in by_pair.items()}, suspected)
-    v.data.update(suspects=list(suspected), culprits=list(att.culprits), cleared=list(att.cleared),
-                  unresolved=list(att.unresolved))
+    full = runs.get(PROBE_FULL)
+    floor, ratio = (full.expect if full and full.expect else (None, 0.5))
+    judge = RoundJudge(Expectation.of(floor, ratio, relative=bool(full and full.tool == MPI_TOOL)))
+    verdicts = judge(list(runs.values()))
+    fleet_verdict = "fail" if any(x == "fail" for x in verdicts.values()) else "pass"
+    found = replay(list(hosts), fleet_verdict, walked, judge, split_once=judge.expectation.relative)
+    by_members = {frozenset(r.hosts): r for r in walked}
+    seconds = sum((r.seconds or 0) * len(r.hosts) for r in walked)
+    cost = (f"bisection: {found.rounds} rounds, {found.runs} runs, {found.node_runs} node-runs, "
+            f"{seconds / 60:.1f} node-minutes")
+    v.data.update(bisection={"rounds": found.rounds, "runs": found.runs, "node_runs": found.node_runs,
+                             "node_minutes": round(seconds / 60, 2), "culprits": list(found.culprits),
+                             "paths": [list(p) for p in found.paths], "unresolved": list(found.unresolved),
+                             "cleared": list(found.cleared), "notes": list(found.notes)})
+    v.infos.append(cost + "".join(f"; {n}" for n in found.notes))
+    steps = [(step, by_members.get(frozenset(step.members))) for step, _ in found.steps[1:]]
     outcomes = []
-    for host in att.culprits:
-        failed = [run for pair, run in by_pair.items() if host in pair and not run.ok]
-        partners = att.failed_with[host]
+    for host in found.culprits:
+        failed = [r for step, r in steps if r is not None and host in r.hosts and judge.why.get(r.probe)]
         symptoms = ["nccl-pair-failed"] + ["nccl-hang"] * any(r.state == "hung" for r in failed)
         symptoms += list(dict.fromkeys(s.symptom for r in failed for s in (r.output.signatures if r.output else ())
                                        if s.symptom in FATAL_SIGNATURES))
-        why = "; ".join(f"with {p}: {_pair_state(by_pair, host, p)}" for p in partners)
-        trust = [p for p in partners if p in att.cleared]
-        trust_phrase = (f"{', '.join(trust)} passed with other hosts" if trust
-                        else f"{', '.join(partners)} was not suspected by the multi-node runs")
-        outcomes.append(fail(f"2-node all_reduce fails whenever this host takes part ({why}); "
-                             f"{trust_phrase}", host=host, symptoms=symptoms,
-                             evidence=[_tail(fleet, r.probe) for r in failed[:2]],
-                             data={"partners": list(partners)}))
-    for host in att.cleared:
-        partner = next(p for pair, run in by_pair.items() if run.ok and host in pair for p in pair if p != host)
-        outcomes.append(ok(f"2-node all_reduce with {partner} passed", host=host))
-    for host in att.unresolved:
-        outcomes.append(warn(f"2-node all_reduce failed with {', '.join(att.failed_with[host])}, itself a suspect: "
-                             "not isolated", host=host, evidence=[_tail(fleet, r.probe) for pair, r in by_pair.items()
-                                                                  if host in pair and not r.ok][:2]))
+        pairs = [r for r in failed if r.probe.startswith(PAIR_PREFIX)]
+        why = "; ".join(f"with {next(h for h in r.hosts if h != host)}: {judge.why[r.probe]}" for r in pairs[:3])
+        outcomes.append(fail(f"the collective fails whenever this node takes part, with partners that pass "
+                             f"with others ({why or 'its runs failed'})", host=host, symptoms=symptoms,
+                             evidence=[_tail(fleet, r.probe) for r in failed[-2:]],
+                             data={"runs": [r.probe for r in failed]}))
+    for a, b in found.paths:
+        run = by_members.get(frozenset((a, b)))
+        reason = judge.why.get(run.probe, "") if run else ""
+        for host, other in ((a, b), (b, a)):
+            outcomes.append(fail(f"the collective fails when this node and {other} take part together, while each "
+                                 f"passes with other nodes: the path between them (cable, switch port, route)"
+                                 + (f" ({reason})" if reason else ""), host=host, symptoms=["collective-path-fault"],
+                                 evidence=[_tail(fleet, run.probe)] if run else [], data={"partner": other}))
+    blamed = set(found.culprits) | {h for p in found.paths for h in p}
+    for host in found.cleared:
+        if host not in blamed:
+            outcomes.append(ok("passed the bisection's runs it took part in", host=host))
+    for host in found.unresolved:
+        outcomes.append(warn("in a failing group of the bisection, neither blamed nor cleared"
+                             + (f" ({found.notes[0]})" if found.notes else ""), host=host))
+    named = [h for r in runs.values() if not r.ok for h in hang_named(r, hosts, dict(r.addresses))]
+    if named:
+        v.infos.append(f"the failing fleet runs' output names: {', '.join(dict.fromkeys(named))}")
     return outcomes
-
-
-def _pair_state(by_pair, host: str, partner: str) -> str:
-    run = by_pair.get((host, partner)) or by_pair.get((partner, host))
-    return f"{run.state} ({run.why})" if run.state != "passed" else f"{run.wrong} wrong values"
 
 
 # --------------------------------------------------------------------------- evidence

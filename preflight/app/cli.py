@@ -21,6 +21,7 @@ from rich.console import Console
 from preflight import __version__
 from preflight.app import (
     baseline,
+    collective_options,
     dcgm_options,
     drain_cli,
     healthcheck,
@@ -39,7 +40,7 @@ from preflight.app.run import RunRequest, execute, probes_for
 from preflight.collect.dcgm import PROBE_ID as DCGM_PROBE_ID
 from preflight.collect.fanout import ExecPlan
 from preflight.collect.local import local_host_name
-from preflight.collect.multinode import NODE_DIR, MultinodeOptions
+from preflight.collect.multinode import NODE_DIR
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
 from preflight.collect.nccl import NcclOptions, parse_size
 from preflight.collect.probes import PROBES
@@ -85,12 +86,14 @@ def _active_test_options(run: argparse.ArgumentParser) -> None:
                    help="where all_reduce_perf lives on the nodes (default: PATH, else torch fallback)")
     g.add_argument("--nccl-multinode", action="store_true",
                    help="also all_reduce across the hosts through mpirun on the first host, with intra- and "
-                        "inter-node-only variants and 2-node re-pairing to name a culprit; needs Open MPI's "
+                        "inter-node-only variants, then a bisection (halves, cross-boundary pairings, 2-node "
+                        "confirmation) to name the culprit node or path; needs Open MPI's "
                         "mpirun there, passwordless SSH between the nodes and all_reduce_perf built with MPI=1; "
                         "with --slurm, srun steps instead (one task per GPU; the site's MPI plugin, no SSH)")
     g.add_argument("--nccl-node-dir", metavar="DIR", default=None,
                    help="where --nccl-multinode writes its hostfiles on the first host "
                         "(default ~/.cache/preflight/multinode)")
+    collective_options.add(g)
     dcgm_options.add(g)
     g.add_argument("--quick", action="store_true", help="static checks only: leave out active tests")
 
@@ -305,7 +308,7 @@ def run_request(args):
             raise UsageError("--nccl-multinode runs across --hosts and is an active test: not with "
                              + ("--quick" if args.quick else "--local"))
         if any(c.id == "nccl-multinode" for c in checks):
-            multinode = MultinodeOptions.from_nccl(nccl, args.nccl_node_dir or NODE_DIR)
+            multinode = collective_options.options_of(args, nccl, args.nccl_node_dir or NODE_DIR)
     return RunRequest(hosts, checks, profiles, kb, plan, args.out, run_id, args.profile,
                       html=getattr(args, "html", True), multinode=multinode, slurm=slurm)
 

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from preflight import __version__
+from preflight.app.collective import collective_over_ssh, judge_for
 from preflight.collect.fanout import ExecPlan, run_node
 from preflight.collect.local import LocalNode, local_host_name
-from preflight.collect.multinode import MultinodeOptions, run_multinode
+from preflight.collect.multinode import MultinodeOptions
 from preflight.collect.multinode_slurm import run_multinode_slurm
 from preflight.collect.probes import PROBES, Probe
 from preflight.collect.shards import auto_workers, run_sharded
@@ -115,9 +116,11 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
             bundle = writer.bundle()
             reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
             if req.slurm:
-                run_multinode_slurm(req.hosts, reached, writer.add, req.slurm, req.multinode, req.run_id, FLEET_HOST)
+                run_multinode_slurm(req.hosts, reached, writer.add, req.slurm, req.multinode, req.run_id, FLEET_HOST,
+                                    judge_for(req.multinode))
             else:
-                run_multinode(req.hosts, reached, writer.add, req.plan.ssh, req.multinode, req.run_id, FLEET_HOST)
+                collective_over_ssh(req.hosts, reached, writer.add, req.plan.ssh, req.multinode, req.run_id,
+                                    FLEET_HOST)
         bundle = writer.bundle()
         judged = early.judged(bundle)
     finally:

@@ -5,8 +5,11 @@ After the per-host probes, with at least two reachable hosts whose GPU count is 
 stage picks a launcher (the first such host in inventory order) and runs there, one after the
 other, each under ``timeout``::
 
-    mpirun --hostfile F -np N --tag-output -x NCCL_DEBUG [-x NCCL_TESTS_SPLIT] \
-        all_reduce_perf -b 8 -e MAX -f 2 -g 1 -c 1
+    mpirun --hostfile F -np N --tag-output [MPIRUN_ARGS] -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS \
+        [-x NCCL_TESTS_SPLIT] all_reduce_perf -b 8 -e MAX -f 2 -g 1 -c 1
+
+(``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET``: WARN lines, plus each rank's out-of-band
+address, which maps the peer address of a WARN line back to its host)
 
 - ``nccl-multinode``: every host, one rank per GPU;
 - ``nccl-multinode-intra``: ``NCCL_TESTS_SPLIT="DIV <gpus>"``: one communicator per node, so
@@ -14,16 +17,19 @@ other, each under ``timeout``::
 - ``nccl-multinode-inter``: ``NCCL_TESTS_SPLIT="MOD <gpus>"``: one communicator per local GPU
   index, one rank per node, so only the NICs and the fabric carry traffic.
 
-When one of them does not pass, the re-pairing pass runs 2-node all_reduces
-(``nccl-pair-<suspect>-<partner>``) that put each suspect with a partner believed good, so that
-only a bad node's pairs fail; a second round pairs the hosts not yet cleared with the ones a
-passing pair cleared when the first round isolated nobody. Pairs judge completion and
-results, not bandwidth. This is the method of Google's cluster-health-scanner (its NCCL
-check runs node pairs, then a "second pass" that re-pairs the nodes of failed pairs with nodes
-that passed), adapted to an SSH launcher: suspects come first from the evidence (hosts whose
-single-node all_reduce failed, hosts NCCL WARN lines or failing ranks name); only when nothing
-names anyone are all hosts paired blind, and a second round then re-pairs the hosts of failed
-pairs with hosts of passed ones. ``plan_pairs`` and ``attribute`` are the pure halves of that.
+When one of them does not pass (or, for the CPU engine, when the fleet run fails, hangs or is
+slow), the bisection of preflight/fabric/bisection.py decides the next runs: halves of the
+failing group at once (``nccl-bisect-<round>-<i>``), cross-boundary pairings when both halves
+pass, and finally 2-node runs of the remaining suspects with nodes that passed
+(``nccl-pair-<suspect>-<partner>``). Which runs to launch is the planner's; whether a run
+passed is the judge's (preflight/judge/collective.py, handed in as ``judge``): this module
+only launches, through ``Node``, and records.
+
+Engines (``MultinodeOptions.tool``): ``nccl`` runs nccl-tests' all_reduce_perf (GPUs, MPI=1
+build); ``mpi`` runs preflight/node/mpi_allreduce.py under ``python3 -c`` (python3-mpi4py and
+openmpi-bin on every node, one rank per node), whose traffic crosses whatever links join the
+nodes, so a CPU test bed runs the same stage. ``mpirun_args`` go to mpirun before the program
+(a site's ``--mca`` settings; the test bed's ``--allow-run-as-root`` and ssh agent).
 
 Requirements (why it is off by default): Open MPI's ``mpirun`` on the launcher, passwordless
 SSH from the launcher to every node (mpirun starts its daemons over SSH), and all_reduce_perf
@@ -40,119 +46,37 @@ children stop together; exit 124/137 then marks a hang.
 
 from __future__ import annotations
 
-import re
-import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from importlib.resources import files
 
 from preflight.collect import scripts
 from preflight.collect.nccl import KILL_AFTER_S, NcclOptions
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
 from preflight.collect.node import Node, now_iso
-from preflight.collect.ssh import SshNode, SshOptions
+from preflight.fabric.bisection import PAIR_PREFIX, Bisection, GroupRun, Verdict, bisect, pair_probe
 from preflight.model import Host, ProbeResult
 from preflight.parse import ParseError
-from preflight.parse.nccl_probe import NcclProbeOutput, parse_probe_output
+from preflight.parse.collective_run import MPI_TOOL, MultinodeRun, read_run
+from preflight.parse.nccl_probe import parse_probe_output
 from preflight.parse.nvidia_smi import parse_smi_xml
+
+__all__ = ["PAIR_PREFIX", "MultinodeRun", "pair_probe", "read_run"]  # where the check and tests found them
 
 PROBE_FULL = "nccl-multinode"
 PROBE_INTRA = "nccl-multinode-intra"
 PROBE_INTER = "nccl-multinode-inter"
 VARIANTS = (PROBE_FULL, PROBE_INTRA, PROBE_INTER)
-PAIR_PREFIX = "nccl-pair-"
+TOOLS = ("nccl", "mpi")
 NODE_DIR = "~/.cache/preflight/multinode"
 _GRACE_S = 30.0  # beyond the remote timeout: setup, the SIGKILL grace, the transfer
 
 SCRIPT = scripts.read("multinode_all_reduce.sh").replace("@KILL_AFTER@", str(KILL_AFTER_S))
+MPI_SOURCE = files("preflight.node").joinpath("mpi_allreduce.py").read_text()
 
-_HOST_LINE = re.compile(r"^# preflight: host (\S+) slots=(\d+)\s*$")
-_RANK_TAG = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:(.*)$")
-_FAILURE = re.compile(r"NCCL WARN|Test (?:CUDA |NCCL )?failure")
-
-
-def pair_probe(suspect: str, partner: str) -> str:
-    return f"{PAIR_PREFIX}{suspect}-{partner}"
-
-
-# --------------------------------------------------------------------------- reading a run
-
-
-@dataclass(frozen=True)
-class MultinodeRun:
-    """One mpirun all_reduce of the stage, as its saved output tells it."""
-
-    probe: str
-    hosts: tuple[str, ...]  # from the hostfile lines it printed, in rank order
-    slots: int | None  # ranks (GPUs) per host
-    state: str  # "passed" | "hung" | "failed" | "not-run"
-    why: str  # for hung/failed/not-run: what happened
-    output: NcclProbeOutput | None  # None when it did not run
-    wrong: int  # #wrong summed over its rows, plus out-of-bounds values
-    named: tuple[str, ...]  # host names as NCCL printed them on WARN / failure lines
-    notes: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        return self.state == "passed" and not self.wrong
-
-
-def read_run(result: ProbeResult) -> MultinodeRun:
-    """Parse one stage result; never raises."""
-    if result.error or result.stdout is None or result.tool_missing:
-        why = result.error or (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
-        return MultinodeRun(result.probe, (), None, "not-run", why, None, 0, (), ())
-    text = result.text
-    hosts, slots = [], None
-    for line in text.splitlines():
-        if m := _HOST_LINE.match(line.strip()):
-            hosts.append(m.group(1))
-            slots = int(m.group(2))
-    try:
-        out = parse_probe_output(text, cut_off=result.timed_out)
-    except ParseError as exc:
-        return MultinodeRun(result.probe, tuple(hosts), slots, "failed", f"unreadable output ({exc})",
-                            None, 0, (), ())
-    state, why = _state(out)
-    runs = [run for rep in out.repetitions for run in rep.runs]
-    wrong = sum((h.wrong or 0) for run in runs for row in run.rows
-                for h in (row.in_place, row.out_of_place) if h is not None)
-    wrong += sum(run.out_of_bounds or 0 for run in runs)
-    return MultinodeRun(result.probe, tuple(hosts), slots, state, why, out, wrong,
-                        _named_hosts(text, out), out.notes)
-
-
-def _state(out: NcclProbeOutput) -> tuple[str, str]:
-    if not out.repetitions:
-        return ("hung", "cut off before mpirun printed anything") if out.cut_off else (
-            "failed", "no all_reduce output")
-    return out.repetitions[0].state("mpirun") or ("hung", "still running when the controller's timeout stopped it")
-
-
-def _named_hosts(text: str, out: NcclProbeOutput) -> tuple[str, ...]:
-    """Hosts that WARN lines name (NCCL prefixes its log lines with the host name), and hosts
-    of the ranks whose tagged output holds a WARN or failure line (mpirun --tag-output gives
-    the rank, the run's device lines give its host)."""
-    names = [s.host for s in out.signatures if s.level == "WARN" and s.host]
-    rank_host = {d.rank: d.host for rep in out.repetitions for run in rep.runs for d in run.devices}
-    for line in text.splitlines():
-        m = _RANK_TAG.match(line.strip())
-        if m and _FAILURE.search(m.group(2)) and int(m.group(1)) in rank_host:
-            names.append(rank_host[int(m.group(1))])
-    return tuple(dict.fromkeys(names))
-
-
-def inventory_names(printed: Iterable[str], hosts: Sequence[str]) -> tuple[str, ...]:
-    """Printed host names (``gpu03``) as inventory names (``gpu03.dc1``): exact, else the same
-    first label. Names that match no host are left out."""
-    found = []
-    for name in printed:
-        if name in hosts:
-            found.append(name)
-            continue
-        label = name.split(".")[0]
-        found += [h for h in hosts if h.split(".")[0] == label]
-    return tuple(h for h in hosts if h in found)
+# A round's verdicts from its runs, read back (preflight.judge.collective.RoundJudge).
+Judge = Callable[[Sequence[MultinodeRun]], Mapping[str, Verdict]]
 
 
 def single_node_failed(result: ProbeResult | None) -> bool:
@@ -168,88 +92,6 @@ def single_node_failed(result: ProbeResult | None) -> bool:
         for rep in out.repetitions)
 
 
-# --------------------------------------------------------------------------- the planner
-
-
-@dataclass(frozen=True)
-class PairPlan:
-    pairs: tuple[tuple[str, str], ...]  # (suspect, partner)
-    blind: bool  # nobody was known good: hosts were paired among themselves
-    untested: tuple[str, ...]  # suspects left without a partner
-    notes: tuple[str, ...]
-
-
-def suspects(hosts: Sequence[str], single_failed: Collection[str], named: Collection[str]) -> tuple[str, ...]:
-    """Who to re-pair after a failed multi-node run: hosts whose single-node run failed and
-    hosts the failing runs name; all hosts when the evidence names nobody."""
-    picked = tuple(h for h in hosts if h in single_failed or h in named)
-    return picked or tuple(hosts)
-
-
-def plan_pairs(hosts: Sequence[str], suspected: Collection[str], good: Collection[str] = (),
-               done: Collection[tuple[str, str]] = ()) -> PairPlan:
-    """2-node runs that make only a bad node fail.
-
-    Each suspect gets a partner from ``good`` (proven or presumed good), spread round-robin
-    so no partner carries many suspects, skipping pairs already ``done``. Without any good
-    host the suspects are paired among themselves (blind): a second call with the hosts of the
-    passing pairs as ``good`` then re-pairs the rest."""
-    ordered = [h for h in hosts if h in suspected]
-    partners = [h for h in hosts if h in good and h not in suspected]
-    tried = {frozenset(p) for p in done}
-    if not partners:
-        pairs = [(ordered[i], ordered[i + 1]) for i in range(0, len(ordered) - 1, 2)]
-        if len(ordered) % 2 and len(ordered) > 1:
-            pairs.append((ordered[-1], ordered[0]))  # the odd one out joins the first again
-        pairs = [p for p in pairs if frozenset(p) not in tried]
-        lone = (ordered[0],) if len(ordered) == 1 else ()
-        return PairPlan(tuple(pairs), True, lone,
-                        ("nobody known good: suspects paired among themselves",) if pairs else ())
-    pairs, untested = [], []
-    for i, suspect in enumerate(ordered):
-        for k in range(len(partners)):
-            partner = partners[(i + k) % len(partners)]
-            if frozenset((suspect, partner)) not in tried:
-                pairs.append((suspect, partner))
-                break
-        else:
-            untested.append(suspect)
-    return PairPlan(tuple(pairs), False, tuple(untested), ())
-
-
-@dataclass(frozen=True)
-class Attribution:
-    culprits: tuple[str, ...]  # failed every pair, at least one with a trusted partner
-    cleared: tuple[str, ...]  # passed at least one pair
-    unresolved: tuple[str, ...]  # failed, but only with partners as suspect as themselves
-    failed_with: dict[str, tuple[str, ...]]  # host -> partners of its failed pairs
-
-
-def attribute(outcomes: Mapping[tuple[str, str], bool], suspected: Collection[str]) -> Attribution:
-    """Who the pair runs blame. A host that passed any pair works; one whose pairs all failed
-    is the culprit when a partner is trusted: it passed another pair, or nothing suspected it."""
-    cleared = {h for pair, ok in outcomes.items() if ok for h in pair}
-    failed_with: dict[str, list[str]] = {}
-    for (a, b), ok in outcomes.items():
-        if not ok:
-            failed_with.setdefault(a, []).append(b)
-            failed_with.setdefault(b, []).append(a)
-
-    def trusted(partner: str) -> bool:
-        return partner in cleared or partner not in suspected
-
-    culprits = {h for h, partners in failed_with.items()
-                if h not in cleared and any(trusted(p) for p in partners)}
-    # A partner that only ever failed beside a culprit is not suspect on that account.
-    unresolved = {h for h, partners in failed_with.items()
-                  if h not in cleared and h not in culprits and set(partners) - culprits}
-    order = list(dict.fromkeys(h for pair in outcomes for h in pair))
-    return Attribution(tuple(h for h in order if h in culprits),
-                       tuple(h for h in order if h in cleared),
-                       tuple(h for h in order if h in unresolved),
-                       {h: tuple(p) for h, p in failed_with.items()})
-
-
 # --------------------------------------------------------------------------- the stage
 
 
@@ -259,89 +101,101 @@ class MultinodeOptions:
     timeout_s: float = 300.0  # per mpirun run
     tests_dir: str | None = None  # where all_reduce_perf lives on every node; None: PATH
     node_dir: str = NODE_DIR  # on the launcher: <node-dir>/<run-id>/<probe>.hosts
+    tool: str = "nccl"  # "nccl": all_reduce_perf; "mpi": preflight/node/mpi_allreduce.py
+    mpirun_args: tuple[str, ...] = ()  # extra mpirun options, before the program
+    python: str = "python3"  # the mpi engine's interpreter on the nodes (with mpi4py)
+    mpi_bytes: int = 1 << 20  # the mpi engine's message size
+    expect_busbw_gbs: float | None = None  # below slow_ratio of it a run is slow
+    slow_ratio: float = 0.5
 
     @classmethod
-    def from_nccl(cls, nccl: NcclOptions, node_dir: str = NODE_DIR) -> MultinodeOptions:
-        return cls(nccl.max_bytes, nccl.timeout_s, nccl.tests_dir, node_dir)
+    def from_nccl(cls, nccl: NcclOptions, node_dir: str = NODE_DIR, **kw) -> MultinodeOptions:
+        return cls(nccl.max_bytes, nccl.timeout_s, nccl.tests_dir, node_dir, **kw)
+
+    @property
+    def ranks_per_gpu(self) -> bool:
+        return self.tool == "nccl"
 
 
+def expect_note(options: MultinodeOptions) -> str:
+    """What "slow" meant for these runs, as the runs' notes carry it."""
+    floor = "none" if options.expect_busbw_gbs is None else f"{options.expect_busbw_gbs:g}"
+    return f"busbw={floor} ratio={options.slow_ratio:g}"
+
+
+def program(options: MultinodeOptions) -> list[str]:
+    if options.tool == "mpi":
+        return [options.python, "-c", MPI_SOURCE, "--bytes", str(options.mpi_bytes)]
+    binary = f"{options.tests_dir.rstrip('/')}/all_reduce_perf" if options.tests_dir else "all_reduce_perf"
+    return [binary, "-b", "8", "-e", str(options.max_bytes), "-f", "2", "-g", "1", "-c", "1"]
 
 
 def run_argv(options: MultinodeOptions, run_id: str, probe: str, split: str, np: int, gpus: int) -> list[str]:
-    binary = f"{options.tests_dir.rstrip('/')}/all_reduce_perf" if options.tests_dir else "all_reduce_perf"
+    tool = MPI_TOOL if options.tool == "mpi" else "mpirun"
+    env = ["-x", "NCCL_DEBUG", "-x", "NCCL_DEBUG_SUBSYS"] + (["-x", "NCCL_TESTS_SPLIT"] if split else [])
     return ["sh", "-c", SCRIPT, "sh", f"{options.node_dir.rstrip('/')}/{run_id}", f"{probe}.hosts",
-            f"{options.timeout_s:g}", split, str(np), str(gpus), str(options.max_bytes), binary]
+            f"{options.timeout_s:g}", split, str(gpus), tool,
+            "-np", str(np), "--tag-output", *options.mpirun_args, *(env if options.tool == "nccl" else []),
+            *program(options)]
 
 
-def hostfile(hosts: Sequence[str], slots: int) -> bytes:
-    return "".join(f"{h} slots={slots}\n" for h in hosts).encode()
-
-
-def run_stage(hosts: Sequence[str], gpus: int, single_failed: Collection[str], launcher: Node,
-              options: MultinodeOptions, run_id: str, on_result: Callable[[ProbeResult], None],
-              fleet_host: str) -> None:
-    """The stage through mpirun on ``launcher``: every result goes to ``on_result`` as the
-    pseudo-host ``fleet_host`` (``run_pass`` decides what runs)."""
-
-    def one(probe: str, members: Sequence[str], split: str = "") -> MultinodeRun:
-        argv = run_argv(options, run_id, probe, split, len(members) * gpus, gpus)
-        r = launcher.run(argv, stdin=hostfile(members, gpus), timeout=options.timeout_s + KILL_AFTER_S + _GRACE_S)
-        result = ProbeResult(probe, fleet_host, tuple(argv), r.stdout, r.stderr, r.exit_code, r.started,
-                             r.duration_s, r.timed_out, r.error)
-        on_result(result)
-        return read_run(result)
-
-    run_pass(hosts, gpus, single_failed, one)
+def hostfile(hosts: Sequence[str], slots: int, addresses: Mapping[str, str] = {}, expect: str = "") -> bytes:
+    """The hostfile, with notes as comment lines (Open MPI skips lines that start with #): the
+    address each host resolves to where it differs from the name (ssh's errors name the
+    address), and the expectation the runs were judged by (so a bundle is judged again alike)."""
+    notes = f"# preflight: expect {expect}\n" if expect else ""
+    notes += "".join(f"# preflight: address {h} {addresses[h]}\n" for h in hosts if addresses.get(h, h) != h)
+    return (notes + "".join(f"{h} slots={slots}\n" for h in hosts)).encode()
 
 
 RunOne = Callable[..., MultinodeRun]  # (probe, members, split="") -> the run, once its result is recorded
 
 
-def run_pass(hosts: Sequence[str], gpus: int, single_failed: Collection[str], one: RunOne) -> None:
-    """The three variants, then, if one did not pass, the re-pairing rounds; ``one`` runs and
-    records one all_reduce (through mpirun, or as an srun step) and reads it back."""
-    runs = [one(PROBE_FULL, hosts), one(PROBE_INTRA, hosts, f"DIV {gpus}"), one(PROBE_INTER, hosts, f"MOD {gpus}")]
-    if all(r.ok for r in runs) or any(r.state == "not-run" for r in runs):
-        return
-    named = inventory_names((n for r in runs for n in r.named), hosts)
-    suspected = suspects(hosts, single_failed, named)
-    plan = plan_pairs(hosts, suspected, [h for h in hosts if h not in suspected])
-    outcomes = _run_pairs(plan.pairs, lambda a, b: one(pair_probe(a, b), (a, b)).ok)
-    found = attribute(outcomes, suspected)
-    if found.culprits:
-        return
-    # Nobody isolated: the first round was blind, or it cleared the hosts the evidence named
-    # (a WARN line names the node that saw the error, which may be the bad node's peer). The
-    # hosts not yet cleared are paired with the ones that were.
-    rest = [h for h in hosts if h not in found.cleared]
-    second = plan_pairs(hosts, rest, found.cleared, done=outcomes)
-    if found.cleared:
-        _run_pairs(second.pairs, lambda a, b: one(pair_probe(a, b), (a, b)).ok)
+def run_stage(hosts: Sequence[str], gpus: int, launcher: Node, options: MultinodeOptions, run_id: str,
+              on_result: Callable[[ProbeResult], None], fleet_host: str, judge: Judge,
+              split_once: bool = False, addresses: Mapping[str, str] = {}) -> Bisection | None:
+    """The stage through mpirun on ``launcher``: every result goes to ``on_result`` as the
+    pseudo-host ``fleet_host``; ``judge`` gives each round's verdicts. Returns the bisection
+    walked, or None when it did not need one (or could not run)."""
+
+    def one(probe: str, members: Sequence[str], split: str = "") -> MultinodeRun:
+        argv = run_argv(options, run_id, probe, split, len(members) * gpus, gpus)
+        r = launcher.run(argv, stdin=hostfile(members, gpus, addresses, expect_note(options)),
+                         timeout=options.timeout_s + KILL_AFTER_S + _GRACE_S)
+        result = ProbeResult(probe, fleet_host, tuple(argv), r.stdout, r.stderr, r.exit_code, r.started,
+                             r.duration_s, r.timed_out, r.error)
+        on_result(result)
+        return read_run(result)
+
+    return run_pass(hosts, gpus, one, judge, options.tool, split_once)
 
 
-def _run_pairs(pairs: Sequence[tuple[str, str]], run: Callable[[str, str], bool]) -> dict[tuple[str, str], bool]:
-    """Run pairs in batches of disjoint pairs, the pairs of a batch at once (they share no node,
-    so their GPUs and NICs do not interfere)."""
-    outcomes: dict[tuple[str, str], bool] = {}
-    lock = threading.Lock()
-    for batch in _disjoint_batches(pairs):
-        with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-            for pair, ok in zip(batch, pool.map(lambda p: run(*p), batch), strict=True):
-                with lock:
-                    outcomes[pair] = ok
-    return outcomes
+def run_pass(hosts: Sequence[str], gpus: int, one: RunOne, judge: Judge, tool: str = "nccl",
+             split_once: bool = False) -> Bisection | None:
+    """The fleet runs (nccl: the full run and its intra/inter-node splits; mpi: the full run),
+    then, if one does not pass, the bisection; ``one`` runs and records one all_reduce (through
+    mpirun, or as an srun step) and reads it back."""
+    if tool == "nccl":
+        runs = [one(PROBE_FULL, hosts), one(PROBE_INTRA, hosts, f"DIV {gpus}"), one(PROBE_INTER, hosts, f"MOD {gpus}")]
+    else:
+        runs = [one(PROBE_FULL, hosts)]
+    verdicts = judge(runs)
+    if any(v == "unknown" for v in verdicts.values()):
+        return None  # the launcher could not run the test: the check says why, nothing to bisect
+    failed = [r.probe for r in runs if verdicts[r.probe] == "fail"]
+    if not failed and not split_once:
+        return None
+    # Bisect the traffic that failed: the inter-node split when it did (the fabric), else the full run.
+    split = f"MOD {gpus}" if PROBE_INTER in failed else ""
+    return bisect(hosts, lambda groups: _run_round(groups, one, split, judge), fleet="fail" if failed else "pass",
+                  split_once=split_once)
 
 
-def _disjoint_batches(pairs: Sequence[tuple[str, str]]) -> list[list[tuple[str, str]]]:
-    batches: list[list[tuple[str, str]]] = []
-    for pair in pairs:
-        for batch in batches:
-            if not any(set(pair) & set(other) for other in batch):
-                batch.append(pair)
-                break
-        else:
-            batches.append([pair])
-    return batches
+def _run_round(groups: Sequence[GroupRun], one: RunOne, split: str, judge: Judge) -> Mapping[str, Verdict]:
+    """A round's groups at once: they share no node, so their GPUs and NICs do not interfere."""
+    with ThreadPoolExecutor(max_workers=max(1, len(groups))) as pool:
+        runs = list(pool.map(lambda g: one(g.probe, g.members, split), groups))
+    return judge(runs)
 
 
 def gpus_of(results: Mapping[str, ProbeResult]) -> int | None:
@@ -373,14 +227,20 @@ def record_not_run(probes: Iterable[str], on_result: Callable[[ProbeResult], Non
 
 
 def stage_members(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, ProbeResult]],
-                  on_result: Callable[[ProbeResult], None],
-                  fleet_host: str) -> tuple[list[Host], int, set[str]] | str:
-    """The hosts the stage runs on (reached, GPU count known), the GPUs per host it uses and the
-    hosts whose own all_reduce failed; or why it cannot run, recorded as the full run's result."""
-    counts = {h.name: gpus_of(evidence[h.name]) for h in hosts if h.name in evidence}
-    members = [h for h in hosts if counts.get(h.name)]
+                  on_result: Callable[[ProbeResult], None], fleet_host: str,
+                  tool: str = "nccl") -> tuple[list[Host], int, set[str]] | str:
+    """The hosts the stage runs on (reached; for nccl, GPU count known), the ranks per host it
+    uses and the hosts whose own all_reduce failed; or why it cannot run, recorded as the full
+    run's result."""
+    if tool == "mpi":
+        members = [h for h in hosts if h.name in evidence]
+        counts = {h.name: 1 for h in members}
+    else:
+        counts = {h.name: gpus_of(evidence[h.name]) for h in hosts if h.name in evidence}
+        members = [h for h in hosts if counts.get(h.name)]
     if len(members) < 2:
-        why = f"{len(members)} reachable host(s) with a known GPU count: a multi-node run needs two"
+        what = "reachable host(s)" if tool == "mpi" else "reachable host(s) with a known GPU count"
+        why = f"{len(members)} {what}: a multi-node run needs two"
         # Recorded, so the nccl-multinode finding says why the run asked for did not happen.
         record_not_run([PROBE_FULL], on_result, fleet_host, why)
         return why
@@ -388,26 +248,3 @@ def stage_members(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, Pro
     gpus = min(counts[h.name] for h in members)
     failed = {h.name for h in members if single_node_failed(evidence[h.name].get(NCCL_PROBE_ID))}
     return members, gpus, failed
-
-
-def run_multinode(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, ProbeResult]],
-                  on_result: Callable[[ProbeResult], None], ssh: SshOptions, options: MultinodeOptions,
-                  run_id: str, fleet_host: str) -> str | None:
-    """The stage over SSH, after the per-host probes; ``evidence`` holds the probe results of
-    the hosts that were reached. Every result goes to ``on_result`` as ``fleet_host``. Returns
-    why it did not run (fewer than two hosts to run on), else None."""
-    picked = stage_members(hosts, evidence, on_result, fleet_host)
-    if isinstance(picked, str):
-        return picked
-    members, gpus, failed = picked
-    names = [h.name for h in members]
-    launcher = SshNode(members[0], ssh)
-    why = launcher.connect()
-    if why:
-        record_not_run(VARIANTS, on_result, fleet_host, f"launcher {members[0].name}: {why}")
-        return None
-    try:
-        run_stage(names, gpus, failed, launcher, options, run_id, on_result, fleet_host)
-    finally:
-        launcher.close()
-    return None

@@ -6,8 +6,8 @@ site's PMI plugin (slurm.conf ``MpiDefault``; all_reduce_perf built with MPI=1).
 host, no hostfile, no SSH between the nodes. The same runs as over SSH
 (``preflight.collect.multinode.run_pass``): the full fleet, the intra-node split
 (``NCCL_TESTS_SPLIT="DIV G"``) and the inter-node split (``"MOD G"``), set on the task's own
-command line through ``env``; then, if one of them did not pass, the 2-node re-pairing, whose
-disjoint pairs run as concurrent steps of the one allocation.
+command line through ``env``; then, if one of them did not pass, the bisection (preflight/fabric/bisection.py), whose
+groups of a round run as concurrent steps of the one allocation.
 
 Each task runs under ``timeout -k``, so a hung all_reduce ends on its nodes at the stage's limit.
 A rank that dies ends the step (``--kill-on-bad-exit=1``) instead of leaving its peers to wait
@@ -34,9 +34,8 @@ from ClusterShell.NodeSet import NodeSet
 from preflight.collect.multinode import (
     _GRACE_S,
     VARIANTS,
+    Judge,
     MultinodeOptions,
-    MultinodeRun,
-    read_run,
     record_not_run,
     run_pass,
     stage_members,
@@ -45,6 +44,7 @@ from preflight.collect.nccl import KILL_AFTER_S
 from preflight.collect.slurm_job import SlurmOptions, SlurmUsageError, allocate, release, slurm
 from preflight.contracts import SLURM_ERROR
 from preflight.model import Host, ProbeResult
+from preflight.parse.collective_run import MultinodeRun, read_run
 from preflight.parse.nccl_probe import TIMEOUT_EXITS
 from preflight.parse.slurm import task_exit_codes
 
@@ -106,7 +106,7 @@ def one_step(job: int, gpus: int, options: MultinodeOptions, on_result: Callable
 
 def run_multinode_slurm(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, ProbeResult]],
                         on_result: Callable[[ProbeResult], None], opts: SlurmOptions, options: MultinodeOptions,
-                        run_id: str, fleet_host: str) -> str | None:
+                        run_id: str, fleet_host: str, judge: Judge, split_once: bool = False) -> str | None:
     """The stage through Slurm, after the per-node probes: one allocation of the member nodes,
     the runs as its steps, released at the end. Returns why it did not run, else None."""
     picked = stage_members(hosts, evidence, on_result, fleet_host)
@@ -114,8 +114,8 @@ def run_multinode_slurm(hosts: Sequence[Host], evidence: Mapping[str, Mapping[st
         return picked
     members, gpus, failed = picked
     names = [h.name for h in members]
-    # Three runs, then at most two rounds of pairs (each a batch at a time): a generous bound,
-    # since the allocation is released as soon as the stage ends.
+    # Three runs, then the bisection's rounds (about log2(N) + 2, more for a path between two
+    # nodes): a generous bound, since the allocation is released as soon as the stage ends.
     budget = (3 + 2 * len(names)) * (options.timeout_s + KILL_AFTER_S + _GRACE_S)
     try:
         alloc = allocate(names, opts, f"preflight-{run_id}-nccl", budget, tasks_per_node=gpus)
@@ -127,7 +127,7 @@ def run_multinode_slurm(hosts: Sequence[Host], evidence: Mapping[str, Mapping[st
         record_not_run(VARIANTS, on_result, fleet_host, f"{SLURM_ERROR}{why}")
         return None
     try:
-        run_pass(names, gpus, failed, one_step(alloc.job, gpus, options, on_result, fleet_host))
+        run_pass(names, gpus, one_step(alloc.job, gpus, options, on_result, fleet_host), judge, "nccl", split_once)
     finally:
         release(alloc.job)
     return None

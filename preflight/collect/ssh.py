@@ -92,6 +92,15 @@ _parsed: dict[tuple, IndexedSSHConfig] = {}
 _parsed_lock = threading.Lock()
 
 
+def address_of(host: Host, ssh: SshOptions) -> str:
+    """The address ssh connects to for ``host``: its config's HostName, else its target. The
+    collective stage writes it beside the name, since ssh's own errors name the address."""
+    try:
+        return _base_config(ssh.ssh_config).base_ssh_config.lookup(host.target).get("hostname", host.target)
+    except OSError:
+        return host.target
+
+
 def _base_config(ssh_config: Path | None) -> Config:
     """A fabric Config of its own for one connection, around the ssh config parsed once per
     file (and version of it) for the whole run: parsing it per node was a measurable share of

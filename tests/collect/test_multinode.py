@@ -1,5 +1,6 @@
-"""Multi-node all_reduce: the re-pairing planner, reading a run, the stage's flow with a fake
-launcher, and the nccl-multinode check with its diagnoses.
+"""Multi-node all_reduce: reading a run, the stage's flow (fleet runs, then the bisection of
+preflight/fabric/bisection.py) with a fake launcher, and the nccl-multinode check with its
+diagnoses. The planner itself is table-tested in tests/fabric/test_bisection.py.
 
 Outputs are real corpus files (nccl-tests/) wrapped in the markers preflight/collect/multinode.py's
 script prints around mpirun, or derivations of them (tests/derived.py: mpirun_all_reduce,
@@ -15,26 +16,16 @@ import pytest
 from ctx import _CHECKS, make_host
 from derived import CORPUS, H200_RUN, h200_node_xml, mpirun_all_reduce, tagged_warn
 
-from preflight.collect.multinode import (
-    PROBE_FULL,
-    PROBE_INTER,
-    PROBE_INTRA,
-    MultinodeOptions,
-    attribute,
-    gpus_of,
-    inventory_names,
-    pair_probe,
-    plan_pairs,
-    read_run,
-    run_stage,
-    suspects,
-)
+from preflight.app.collective import judge_for
+from preflight.collect.multinode import PROBE_FULL, PROBE_INTER, PROBE_INTRA, MultinodeOptions, gpus_of, run_stage
 from preflight.collect.node import CommandResult
 from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.evidence.bundle import FLEET_HOST
+from preflight.fabric.bisection import pair_probe
 from preflight.judge.analyze import _run_fleet_check
 from preflight.judge.context import FleetContext
 from preflight.model import ProbeResult, Status
+from preflight.parse.collective_run import inventory_names, read_run
 
 NCCL = CORPUS / "nccl-tests"
 HOSTS = ["gpu01", "gpu02", "gpu03", "gpu04"]
@@ -73,44 +64,6 @@ def healthy(hosts=HOSTS[:2]) -> dict[str, str]:
             PROBE_INTER: stage_text(hosts, mpirun_all_reduce(hosts, busbw_scale=1 / 8))}
 
 
-# --------------------------------------------------------------------------- planner
-
-
-def test_named_suspects_get_distinct_presumed_good_partners():
-    plan = plan_pairs(HOSTS, {"gpu02", "gpu04"}, {"gpu01", "gpu03"})
-    assert plan.pairs == (("gpu02", "gpu01"), ("gpu04", "gpu03")) and not plan.blind
-
-
-def test_without_good_hosts_suspects_pair_among_themselves_and_the_odd_one_rejoins():
-    plan = plan_pairs(HOSTS + ["gpu05"], set(HOSTS + ["gpu05"]))
-    assert plan.blind
-    assert plan.pairs == (("gpu01", "gpu02"), ("gpu03", "gpu04"), ("gpu05", "gpu01"))
-
-
-def test_pairs_already_run_are_not_repeated():
-    plan = plan_pairs(HOSTS, {"gpu03"}, {"gpu01", "gpu02"}, done=[("gpu01", "gpu03")])
-    assert plan.pairs == (("gpu03", "gpu02"),)
-    assert plan_pairs(HOSTS, {"gpu03"}, {"gpu01"}, done=[("gpu03", "gpu01")]).untested == ("gpu03",)
-
-
-def test_suspects_are_the_named_and_failed_hosts_else_everyone():
-    assert suspects(HOSTS, {"gpu04"}, {"gpu02"}) == ("gpu02", "gpu04")
-    assert suspects(HOSTS, (), ()) == tuple(HOSTS)
-
-
-def test_attribution_blames_the_host_that_fails_with_a_trusted_partner():
-    # gpu03 fails with gpu01, which passed with gpu02: gpu03 is the culprit.
-    att = attribute({("gpu02", "gpu01"): True, ("gpu03", "gpu01"): False, ("gpu04", "gpu02"): True},
-                    suspected={"gpu02"})
-    assert att.culprits == ("gpu03",) and att.cleared == ("gpu02", "gpu01", "gpu04") and att.unresolved == ()
-    # A presumed-good partner (nothing suspected it) is trusted too, and is not blamed itself.
-    att = attribute({("gpu03", "gpu04"): False}, suspected={"gpu03"})
-    assert att.culprits == ("gpu03",) and att.unresolved == ()
-    # Two suspects failing together, nobody cleared: not isolated.
-    att = attribute({("gpu01", "gpu02"): False}, suspected=set(HOSTS))
-    assert att.culprits == () and att.unresolved == ("gpu01", "gpu02")
-
-
 def test_printed_names_map_to_inventory_names_by_first_label():
     assert inventory_names(["gpu03", "r11i6n2"], ["gpu01.dc1", "gpu03.dc1"]) == ("gpu03.dc1",)
 
@@ -127,7 +80,9 @@ def test_healthy_derived_run_reads_as_passed_with_its_hosts():
 def test_azure_error12_names_the_host_that_logged_it():
     body = (NCCL / "azure-ib-error12-retry-exceeded-nccl-warn.txt").read_text()
     run = read_run(fleet_result(PROBE_INTER, stage_text(HOSTS[:2], body, exit_code=1)))
-    assert run.state == "failed" and run.why == "mpirun exit 1"
+    # No results table before the WARN line: NCCL failed in its IB transport, and the reason says so.
+    assert run.state == "failed" and run.why == "NCCL failed in NET/IB on node-2 before any results: mpirun exit 1"
+    assert run.init_failure.transport == "NET/IB" and run.peers == ("10.2.0.5",)
     assert run.named == ("node-2",)
     assert [s.symptom for s in run.output.signatures] == ["nccl-ib-retry-exceeded"]
 
@@ -149,15 +104,15 @@ def test_launcher_unreachable_is_not_run():
 
 def test_why_a_requested_run_did_not_happen_is_kept_in_the_finding():
     # --nccl-multinode with one reachable host: the stage records why, and the finding says it.
-    from preflight.collect.multinode import run_multinode
+    from preflight.app.collective import collective_over_ssh
     from preflight.collect.ssh import SshOptions
     from preflight.model import Host
 
     recorded: list[ProbeResult] = []
     evidence = {"gpu01": {"nccl-all-reduce": make_host({"nccl-all-reduce": single_node()}, "hgx-h200",
                                                        "gpu01").probes["nccl-all-reduce"]}}
-    why = run_multinode([Host("gpu01"), Host("gpu02")], evidence, recorded.append, SshOptions(), None, "r1",
-                        FLEET_HOST)
+    why = collective_over_ssh([Host("gpu01"), Host("gpu02")], evidence, recorded.append, SshOptions(),
+                              MultinodeOptions(), "r1", FLEET_HOST)
     assert why == "1 reachable host(s) with a known GPU count: a multi-node run needs two"
     (f,), _ = judge({PROBE_FULL: recorded[0]})
     assert f.status is Status.ERROR and f.summary == f"multi-node all_reduce could not run: {why}"
@@ -205,10 +160,12 @@ def test_hang_with_inter_failing_and_intra_passing_is_the_fabric():
     assert f.status is Status.FAIL
     assert "all hosts (2 hosts x 8 GPUs): hung (stopped by its timeout after 300 s (exit 124))" in f.summary
     assert "inter-node traffic fails while intra-node passes" in f.summary
+    # The inter-node run printed no table before its IB WARN line: NCCL failed in NET/IB.
     assert set(f.symptoms) == {"nccl-hang", "nccl-failed", "nccl-ib-retry-exceeded", "nccl-inter-node-fabric",
-                               "nccl-multinode-failed", "nccl-single-node-passed"}
+                               "nccl-multinode-failed", "nccl-single-node-passed", "nccl-init-net-failed"}
     causes = {d.cause: (d.hosts, d.confidence) for d in diagnoses}
-    assert causes == {"nccl-inter-node-fabric": ((), "high"), "nccl-ib-retry-exceeded": ((), "high")}
+    assert causes == {"nccl-inter-node-fabric": ((), "high"), "nccl-ib-retry-exceeded": ((), "high"),
+                      "nccl-init-net-failed": ((), "high")}
 
 
 def test_intra_failing_while_inter_passes_points_at_a_node():
@@ -238,31 +195,38 @@ def test_a_host_failing_alone_is_no_proof_for_the_fabric():
 
 def _culprit_probes() -> dict[str, str]:
     """Full run hung, intra passed, inter failed with gpu02's error-12 line (gpu02 saw gpu03
-    not answering); pairs: gpu02+gpu01 and gpu04+gpu02 pass, gpu03+gpu01 fails."""
+    not answering). The bisection: halves gpu01+gpu02 pass, gpu03+gpu04 fail (gpu03's
+    ibv_modify_qp 110 line); confirmation pairs: gpu03+gpu01 fails, gpu04+gpu02 passes."""
     four = HOSTS
     inter = mpirun_all_reduce(four, rows=2) + tagged_warn("azure-ib-error12-retry-exceeded-nccl-warn.txt", "gpu02", 8)
-    bad = mpirun_all_reduce(["gpu03", "gpu01"], rows=1) + tagged_warn(
-        "hgx-nccl2.27-ibv-modify-qp-110-timeout-init-rtr-timestamped.txt", "gpu03", 5)
+
+    def bad(hosts):
+        return mpirun_all_reduce(hosts, rows=1) + tagged_warn(
+            "hgx-nccl2.27-ibv-modify-qp-110-timeout-init-rtr-timestamped.txt", "gpu03", 5)
+
     return {PROBE_FULL: stage_text(four, mpirun_all_reduce(four, rows=5), exit_code=124, seconds=300),
             PROBE_INTRA: stage_text(four, mpirun_all_reduce(four)),
             PROBE_INTER: stage_text(four, inter, exit_code=1),
-            pair_probe("gpu02", "gpu01"): stage_text(["gpu02", "gpu01"], mpirun_all_reduce(["gpu02", "gpu01"])),
-            pair_probe("gpu03", "gpu01"): stage_text(["gpu03", "gpu01"], bad, exit_code=1),
+            "nccl-bisect-2-1": stage_text(["gpu01", "gpu02"], mpirun_all_reduce(["gpu01", "gpu02"])),
+            "nccl-bisect-2-2": stage_text(["gpu03", "gpu04"], bad(["gpu03", "gpu04"]), exit_code=1),
+            pair_probe("gpu03", "gpu01"): stage_text(["gpu03", "gpu01"], bad(["gpu03", "gpu01"]), exit_code=1),
             pair_probe("gpu04", "gpu02"): stage_text(["gpu04", "gpu02"], mpirun_all_reduce(["gpu04", "gpu02"]))}
 
 
-def test_re_pairing_names_the_culprit_and_the_diagnosis_lands_on_it_only():
+def test_bisection_names_the_culprit_and_the_diagnosis_lands_on_it_only():
     findings, diagnoses = judge(_culprit_probes(), hosts=HOSTS)
     fleet = next(f for f in findings if f.host is None)
     assert fleet.status is Status.FAIL and fleet.symptoms == ()
-    assert fleet.summary.startswith("isolated by re-pairing: gpu03 (see the host finding)")
+    assert fleet.summary.startswith("isolated by bisection: gpu03 (see the host findings)")
+    assert "bisection: 3 rounds, 5 runs, 12 node-runs" in fleet.summary
+    assert fleet.data["bisection"]["culprits"] == ["gpu03"] and fleet.data["bisection"]["rounds"] == 3
     by_host = {f.host: f for f in findings if f.host}
     assert {h: f.status for h, f in by_host.items()} == {
         "gpu03": Status.FAIL, "gpu02": Status.PASS, "gpu01": Status.PASS, "gpu04": Status.PASS}
     culprit = by_host["gpu03"]
     assert culprit.symptoms == ("nccl-pair-failed", "nccl-ib-qp-timeout")
-    assert "with gpu01: failed (mpirun exit 1)" in culprit.summary
-    assert "gpu01 passed with other hosts" in culprit.summary
+    assert "with gpu01: mpirun exit 1" in culprit.summary
+    assert "partners that pass with others" in culprit.summary
     assert {d.cause: d.hosts for d in diagnoses} == {"nccl-pair-failed": ("gpu03",), "nccl-ib-qp-timeout": ("gpu03",)}
 
 
@@ -310,9 +274,9 @@ class Launcher:
         pass
 
 
-def test_stage_runs_variants_then_two_rounds_of_pairs(tmp_path):
-    """A fake launcher replays _culprit_probes' outputs per hostfile: the first round pairs
-    gpu02 (named by the error-12 line) and clears it, the second finds gpu03."""
+def test_stage_runs_variants_then_bisects_the_inter_node_traffic(tmp_path):
+    """A fake launcher replays _culprit_probes' outputs per hostfile: the halves of the fleet
+    run at once, the failing half's nodes are then paired with nodes of the passing one."""
     replies = _culprit_probes()
     seen: list[tuple[str, str, bytes]] = []
 
@@ -322,21 +286,29 @@ def test_stage_runs_variants_then_two_rounds_of_pairs(tmp_path):
         seen.append((probe, argv[7], stdin))
         text = replies[probe]
         body = text.split("slots=8\n")[-1]  # mpirun's part; the script's markers are re-added
-        hosts = [line.split()[0] for line in stdin.decode().splitlines()]
+        hosts = [line.split()[0] for line in stdin.decode().splitlines() if not line.startswith("#")]
         out = stage_text(hosts, body.rsplit("# preflight: repetition", 1)[0],
                          exit_code=int(text.rsplit("exit=", 1)[1].split()[0]))
         return out.encode(), b"", 0, False
 
     results: list[ProbeResult] = []
-    run_stage(HOSTS, 8, set(), Launcher(launch), MultinodeOptions(timeout_s=60, node_dir=str(tmp_path)), "r",
-              results.append, FLEET_HOST)
-    assert [p for p, _, _ in seen] == [PROBE_FULL, PROBE_INTRA, PROBE_INTER, "nccl-pair-gpu02-gpu01",
-                                       "nccl-pair-gpu03-gpu01", "nccl-pair-gpu04-gpu02"]
-    assert [split for _, split, _ in seen[:3]] == ["", "DIV 8", "MOD 8"]
-    assert seen[0][2] == b"gpu01 slots=8\ngpu02 slots=8\ngpu03 slots=8\ngpu04 slots=8\n"
-    assert seen[4][2] == b"gpu03 slots=8\ngpu01 slots=8\n"
+    options = MultinodeOptions(timeout_s=60, node_dir=str(tmp_path))
+    found = run_stage(HOSTS, 8, Launcher(launch), options, "r", results.append, FLEET_HOST, judge_for(options))
+    probes = [p for p, _, _ in seen]
+    # The groups of a round run at once, so their order within the round is the threads'.
+    assert probes[:3] == [PROBE_FULL, PROBE_INTRA, PROBE_INTER]
+    assert set(probes[3:5]) == {"nccl-bisect-2-1", "nccl-bisect-2-2"}
+    assert set(probes[5:]) == {"nccl-pair-gpu03-gpu01", "nccl-pair-gpu04-gpu02"}
+    assert found.culprits == ("gpu03",) and found.rounds == 3
+    # The bisection runs the traffic that failed: the inter-node split.
+    assert [split for _, split, _ in seen] == ["", "DIV 8", "MOD 8"] + ["MOD 8"] * 4
+    assert seen[0][2] == (b"# preflight: expect busbw=none ratio=0.5\n"
+                          b"gpu01 slots=8\ngpu02 slots=8\ngpu03 slots=8\ngpu04 slots=8\n")
+    assert dict((p, s) for p, _, s in seen)["nccl-pair-gpu03-gpu01"].endswith(b"gpu03 slots=8\ngpu01 slots=8\n")
     assert all(r.host == FLEET_HOST and r.command[:2] == ("sh", "-c") for r in results)
-    assert results[0].command[-4:] == ("32", "8", str(8 << 30), "all_reduce_perf")
+    assert results[0].command[10:13] == ("-np", "32", "--tag-output")
+    assert results[0].command[-11:] == ("all_reduce_perf", "-b", "8", "-e", str(8 << 30), "-f", "2", "-g", "1",
+                                        "-c", "1")
 
 
 def test_stage_stops_after_the_variants_when_they_pass(tmp_path):
@@ -347,7 +319,9 @@ def test_stage_stops_after_the_variants_when_they_pass(tmp_path):
         calls.append(command)
         return replies[shlex.split(command)[5].removesuffix(".hosts")].encode(), b"", 0, False
 
-    run_stage(HOSTS[:2], 8, set(), Launcher(launch), MultinodeOptions(node_dir=str(tmp_path)), "r", lambda r: None, FLEET_HOST)
+    options = MultinodeOptions(node_dir=str(tmp_path))
+    assert run_stage(HOSTS[:2], 8, Launcher(launch), options, "r", lambda r: None, FLEET_HOST,
+                     judge_for(options)) is None
     assert len(calls) == 3
 
 

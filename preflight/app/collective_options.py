@@ -1,0 +1,70 @@
+"""``preflight run --nccl-multinode``'s collective options, kept beside the command line.
+
+``--collective-tool nccl|mpi`` picks the engine (preflight/collect/multinode.py): nccl-tests'
+all_reduce_perf on GPUs, or the MPI all_reduce of preflight/node/mpi_allreduce.py that runs on
+any fleet with python3-mpi4py (a CPU test bed). ``--mpirun-args`` reaches mpirun before the
+program, split as a shell would (no shell runs it). ``--collective-expect-busbw`` sets what
+"slow" means; the mpi engine without it compares runs with each other
+(preflight/judge/collective.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from preflight.app.errors import UsageError
+from preflight.collect.multinode import TOOLS, MultinodeOptions
+from preflight.collect.nccl import NcclOptions, parse_size
+from preflight.knowledge.datafile import positive
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive): {text}")
+    return value
+
+
+def add(group) -> None:
+    group.add_argument("--collective-tool", choices=TOOLS, default="nccl",
+                       help="--nccl-multinode's engine: nccl (all_reduce_perf, GPUs) or mpi (an MPI all_reduce "
+                            "through mpi4py, one rank per node: runs without GPUs; needs python3-mpi4py and "
+                            "openmpi-bin on every node)")
+    group.add_argument("--mpirun-args", metavar="ARGS", default="",
+                       help="extra mpirun options before the program, e.g. \"--mca btl_tcp_if_include eth0\" "
+                            "(split like a shell would; no shell runs them)")
+    group.add_argument("--collective-python", metavar="PATH", default="python3",
+                       help="the mpi engine's python3 on the nodes (default python3)")
+    group.add_argument("--collective-bytes", type=_size, default="1M", metavar="SIZE",
+                       help="the mpi engine's all_reduce size (default 1M)")
+    group.add_argument("--collective-expect-busbw", type=positive(float), metavar="GBPS",
+                       help="bus bandwidth a healthy collective reaches; a run below --collective-slow-ratio of it "
+                            "is slow and bisected (default: nccl judges completion and results; mpi compares runs "
+                            "with each other)")
+    group.add_argument("--collective-slow-ratio", type=_ratio, default=0.5, metavar="R",
+                       help="slow below this fraction of the expectation (default 0.5)")
+
+
+def options_of(args: argparse.Namespace, nccl: NcclOptions, node_dir: str) -> MultinodeOptions:
+    try:
+        extra = tuple(shlex.split(args.mpirun_args or ""))
+    except ValueError as exc:
+        raise UsageError(f"--mpirun-args: {exc}") from None
+    if args.collective_tool == "mpi" and getattr(args, "slurm", None):
+        raise UsageError("--collective-tool mpi runs through mpirun over SSH: not with --slurm "
+                         "(srun steps run nccl-tests through the site's MPI plugin)")
+    return MultinodeOptions.from_nccl(nccl, node_dir, tool=args.collective_tool, mpirun_args=extra,
+                                      python=args.collective_python, mpi_bytes=args.collective_bytes,
+                                      expect_busbw_gbs=args.collective_expect_busbw,
+                                      slow_ratio=args.collective_slow_ratio)
