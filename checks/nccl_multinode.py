@@ -78,7 +78,7 @@ def nccl_multinode(fleet):
 
     hosts = next((r.hosts for r in runs.values() if r.hosts), ())
     never = [r for r in runs.values() if r.state == "never-ran"]
-    if never:
+    if never and not walked:
         return _never_ran(fleet, never[0], hosts)
     v = _Verdict()
     for pid, run in runs.items():
@@ -87,9 +87,16 @@ def nccl_multinode(fleet):
     host_outcomes = _judge_bisection(fleet, runs, walked, hosts, v)
 
     culprits = [o.host for o in host_outcomes if o.status.value == "fail"]
+    unreachable = [o.host for o in host_outcomes if "collective-never-ran" in o.symptoms]
+    if culprits or unreachable:
+        v.symptoms.clear()
     if culprits:
         v.fails.insert(0, f"isolated by bisection: {', '.join(culprits)} (see the host findings)")
-        v.symptoms.clear()
+    if unreachable:
+        phrase = f"the test never ran: {', '.join(unreachable)} unreachable from the launcher (see the host findings)"
+        if not v.fails:
+            return [error("; ".join([phrase] + v.warns + v.infos), evidence=v.evidence, data=v.data)] + host_outcomes
+        v.fails.insert(0, phrase)
     summary = "; ".join(v.fails + v.warns + v.infos)
     verdict = fail if v.fails else warn if v.warns else ok
     return [verdict(summary, symptoms=v.symptoms, evidence=v.evidence, data=v.data)] + host_outcomes
@@ -127,6 +134,9 @@ def _judge_run(fleet, run: MultinodeRun, hosts, v: _Verdict, label: str) -> None
     v.data["runs"][run.probe] = {"state": run.state, "hosts": list(run.hosts), "wrong": run.wrong}
     if run.state == "not-run":
         v.add("warn", f"{label}: not run ({run.why})")
+        return
+    if run.state == "never-ran":
+        v.add("warn", f"{label}: never ran ({run.why})")
         return
     if run.state in ("hung", "failed"):
         v.add("fail", f"{label}: {run.state} ({run.why})", "nccl-hang" if run.state == "hung" else "nccl-failed",
@@ -259,6 +269,12 @@ def _judge_bisection(fleet, runs: dict[str, MultinodeRun], walked: list[Multinod
     outcomes = []
     for host in found.culprits:
         failed = [r for step, r in steps if r is not None and host in r.hosts and judge.why.get(r.probe)]
+        if failed and all(r.state == "never-ran" for r in failed):
+            # Every run it was in never started: the launcher cannot reach it, the fabric is not judged.
+            outcomes.append(error(f"the multi-node test never ran with this node: unreachable from the launcher "
+                                  f"({failed[-1].why})", host=host, symptoms=["collective-never-ran"],
+                                  evidence=[_tail(fleet, failed[-1].probe)]))
+            continue
         symptoms = ["nccl-pair-failed"] + ["nccl-hang"] * any(r.state == "hung" for r in failed)
         symptoms += list(dict.fromkeys(s.symptom for r in failed for s in (r.output.signatures if r.output else ())
                                        if s.symptom in FATAL_SIGNATURES))

@@ -68,3 +68,44 @@ def link_down(cluster: SimCluster, name: str) -> Iterator[None]:
         yield
     finally:
         subprocess.run(["ip", "netns", "exec", netns, "ip", "link", "set", "eth0", "up"], timeout=30)
+
+
+def _stall(netns: str | None, dev: str, matches: list[list[str]]) -> None:
+    """Traffic matching any of ``matches`` (u32 selectors) into an htb class of 8 bit/s: it
+    stalls (this kernel has no drop action either), everything else goes at full speed."""
+    _tc(netns, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+    _tc(netns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit")
+    _tc(netns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:2", "htb", "rate", "8bit", "ceil", "8bit")
+    for match in matches:
+        _tc(netns, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32", *match,
+            "flowid", "1:2")
+
+
+@contextlib.contextmanager
+def data_ports_stalled(cluster: SimCluster, name: str, first_port: int = 40000, mask: str = "0xffc0") -> Iterator[None]:
+    """TCP to and from ports ``first_port``.. (``mask``: 0xffc0 is 64 ports) of ``name`` stalls both
+    ways; ssh and every other port still work: the nodes answer, the collective's data path
+    hangs (pin MPI's ports there: btl_tcp_port_min_v4 / btl_tcp_port_range_v4)."""
+    netns, port = cluster.namespaces[name], cluster.link_of(name)
+    tcp = ["match", "ip", "protocol", "6", "0xff"]
+    matches = [[*tcp, "match", "ip", "dport", str(first_port), mask], [*tcp, "match", "ip", "sport", str(first_port), mask]]
+    try:
+        for ns, dev in ((netns, "eth0"), (None, port)):
+            _stall(ns, dev, matches)
+        yield
+    finally:
+        for ns, dev in ((netns, "eth0"), (None, port)):
+            _clear(ns, dev)
+
+
+@contextlib.contextmanager
+def ssh_stalled(cluster: SimCluster, src: str, dst: str) -> Iterator[None]:
+    """ssh from ``src`` to ``dst`` stalls (its SYN never gets through in time); every other host
+    still reaches ``dst``: a launcher that cannot reach one node."""
+    netns = cluster.namespaces[src]
+    try:
+        _stall(netns, "eth0", [["match", "ip", "dst", f"{cluster.address(dst)}/32", "match", "ip", "dport", "22",
+                                "0xffff"]])
+        yield
+    finally:
+        _clear(netns, "eth0")

@@ -132,7 +132,7 @@ def read_run(result: ProbeResult) -> MultinodeRun:
     if launcher := launcher_failure(text):
         why, named = launcher
         # ssh names the address it resolved; the hostfile's notes say whose it is.
-        unreachable = tuple(dict(noted).get(n, n) for n in named)
+        unreachable = tuple(dict((a, h) for a, h in noted).get(n, n) for n in named)
         return MultinodeRun(result.probe, tuple(hosts), slots, "never-ran", why, None, 0, (), (),
                             unreachable=unreachable, **common)
     if tool == MPI_TOOL:
@@ -160,7 +160,17 @@ def read_run(result: ProbeResult) -> MultinodeRun:
 def _read_mpi(result: ProbeResult, text: str, hosts: tuple[str, ...], slots, exit_code, common) -> MultinodeRun:
     mpi = parse_mpi_allreduce(text)
     stopped = tuple(dict.fromkeys(mpi.stopped.values()))
-    if exit_code in TIMEOUT_EXITS or (exit_code is None and result.timed_out):
+    timed_out = exit_code in TIMEOUT_EXITS or (exit_code is None and result.timed_out)
+    if timed_out and not mpi.ready:
+        # No rank reached the all_reduce: the launcher never got the ranks running (Open MPI 4.1
+        # can wait forever when one of several ssh launches fails: seen on the namespace test bed).
+        said = [f"ssh to {m.group(1) or m.group(3)}: {m.group(2) or m.group(4)}"
+                for raw in text.splitlines() if (m := _SSH.match(MPI_TAG.sub("", raw).strip()))]
+        named = tuple(dict(common["addresses"]).get(m, m) for m in _ssh_named(text))
+        why = "no rank started before the timeout" + (f" ({'; '.join(said)})" if said else "")
+        return MultinodeRun(result.probe, hosts, slots, "never-ran", why, None, 0, (), (), mpi=mpi,
+                            unreachable=named, **common)
+    if timed_out:
         why = "stopped by its timeout" + (f"; ranks that never finished: {_ranks(mpi.stopped)}" if mpi.stopped else
                                           "; no rank reached the all_reduce")
         state = "hung"
@@ -183,6 +193,10 @@ def _state(out: NcclProbeOutput) -> tuple[str, str]:
         return ("hung", "cut off before mpirun printed anything") if out.cut_off else (
             "failed", "no all_reduce output")
     return out.repetitions[0].state("mpirun") or ("hung", "still running when the controller's timeout stopped it")
+
+
+def _ssh_named(text: str) -> list[str]:
+    return [m.group(1) or m.group(3) for raw in text.splitlines() if (m := _SSH.match(MPI_TAG.sub("", raw).strip()))]
 
 
 def launcher_failure(text: str) -> tuple[str, tuple[str, ...]] | None:

@@ -8,8 +8,8 @@ call after call, what each rank of each run prints: rank 0 (the first node of th
 node list) the table of tests/derived.py's mpirun_all_reduce without mpirun's tags (srun adds
 none), the other ranks nothing but a real NCCL WARN line where one is expected. The full run
 hangs past its limit, the intra-node split passes, the inter-node split fails with gpu02's
-error-12 line; the re-pairing (pairs of one round run as concurrent steps) must blame gpu03
-alone. Real MPI cannot run here (no GPUs, no PMI plugin in the test cluster).
+error-12 line; the bisection (the groups of one round run as concurrent steps: the halves,
+then the failing half's nodes with nodes that passed) must blame gpu03 alone. Real MPI cannot run here (no GPUs, no PMI plugin in the test cluster).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def warn(corpus_file: str, host: str) -> str:
 
 
 # Per node, the replies of its task in each run it takes part in, in the order the stage runs them:
-# full, intra, inter, then its pairs (ranks follow the sorted node list: gpu01 is rank 0 of its pairs).
+# full, intra, inter, its half, then its pair (ranks follow the sorted node list: the first node
+# of a step is its rank 0, which prints the table).
 # A failing run is rank 0's table cut short plus the erring rank's real WARN line, every task
 # exiting 0: a task that exits non-zero makes srun terminate the step (--kill-on-bad-exit), maybe
 # before a slower node's task has started, and that node's replay would then fall one call
@@ -58,8 +59,9 @@ STEPS = {
               Reply(table(["gpu01", "gpu02"])), Reply(table(["gpu01", "gpu03"], rows=1))],
     "gpu02": [HANG, QUIET, Reply(warn("azure-ib-error12-retry-exceeded-nccl-warn.txt", "gpu02")),
               QUIET, Reply(table(["gpu02", "gpu04"]))],
-    "gpu03": [HANG, QUIET, QUIET, Reply(warn("hgx-nccl2.27-ibv-modify-qp-110-timeout-init-rtr-timestamped.txt", "gpu03"))],
-    "gpu04": [HANG, QUIET, QUIET, QUIET],
+    "gpu03": [HANG, QUIET, QUIET] + [Reply(warn("hgx-nccl2.27-ibv-modify-qp-110-timeout-init-rtr-timestamped.txt",
+                                                "gpu03"))] * 2,
+    "gpu04": [HANG, QUIET, QUIET, QUIET, QUIET],
 }
 
 

@@ -6,8 +6,11 @@ echo "# preflight: tool=$tool gpus=$gpus repetitions=1"
 sed '/^#/!s/^/# preflight: host /' "$dir/$name"
 if [ -n "$split" ]; then export NCCL_TESTS_SPLIT="$split"; fi
 start=$(date +%s)
+# Into a file, printed after: mpirun's ssh children run in process groups of their own, outlive
+# timeout's kill, and would otherwise hold this session's output open until they end.
 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET timeout -k @KILL_AFTER@ "$limit" mpirun --hostfile "$dir/$name" "$@" \
-  </dev/null 2>&1
+  </dev/null >"$dir/$name.out" 2>&1
 code=$?
+cat "$dir/$name.out"
 echo "# preflight: repetition 1 exit=$code seconds=$(($(date +%s) - start))"
 exit 0

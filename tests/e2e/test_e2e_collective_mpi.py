@@ -1,0 +1,132 @@
+"""`preflight run --nccl-multinode --collective-tool mpi`: real Open MPI mpirun (Debian's
+openmpi-bin) on the first simulated host starts, over the cluster's real sshd, one rank per host
+of preflight/node/mpi_allreduce.py (Debian's python3-mpi4py); the all_reduce's TCP traffic
+crosses the namespaces' real veth links. Real faults from tests/netfaults.py: a host's link
+rate-limited (slow), its MPI data ports stalled while ssh still works (a hang, as in the field
+report: the nodes answer, the collective hangs), the launcher's ssh to one host stalled (the
+test never ran there). The bisection must land on the faulty host; a healthy fleet is never
+blamed; analyze of the saved bundle reaches the same verdicts.
+
+Small on purpose: 4-6 hosts, 1 MiB all_reduces, a few seconds per mpirun.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from netfaults import data_ports_stalled, slow_host, ssh_stalled
+from simcluster import SimHost
+
+from preflight.app.cli import main
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(not shutil.which("mpirun") or not Path("/usr/lib/python3/dist-packages/mpi4py").is_dir(),
+                                 reason="needs Debian's openmpi-bin and python3-mpi4py")]
+
+
+# Where the fault is a hang, slowness is not judged: an explicit expectation no run falls under.
+NOT_SLOW = ["--collective-expect-busbw", "1e-9"]
+
+
+def mpirun_args(cluster) -> str:
+    # The test bed's settings: root (CI), the simulated hosts' ssh config for mpirun's daemons,
+    # TCP on the veth links (the addresses are 127.77.x.y, which Open MPI would otherwise skip as
+    # loopback), MPI's data ports pinned where data_ports_stalled can find them, and every daemon
+    # started by the launcher itself (no tree spawn), so what the launcher cannot reach never runs;
+    # idle ranks yield the CPU (two shared cores, several ranks each).
+    return (f"--allow-run-as-root --mca plm_rsh_agent 'ssh -F {cluster.ssh_config}' "
+            "--mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 --mca btl tcp,self "
+            "--mca btl_tcp_port_min_v4 40000 --mca btl_tcp_port_range_v4 64 --mca plm_rsh_no_tree_spawn 1 --mca routed direct --mca mpi_yield_when_idle 1")
+
+
+def run(cluster, tmp_path: Path, name: str, timeout: int = 20, expect: list[str] = ()) -> tuple[int, dict, Path]:
+    """One `preflight run`; ``expect``: the slow expectation's options (default: relative, the
+    engine's own; a ratio of 0.2 since healthy runs on two shared cores differ by several times)."""
+    out = tmp_path / name
+    code = main(["run", "--hosts", str(cluster.hosts_file), "--ssh-config", str(cluster.ssh_config),
+                 "--known-hosts", str(cluster.known_hosts), "--identity", str(cluster.identity),
+                 "--out", str(out), "--run-id", "r", "-q", "--checks", "nccl-multinode", "--nccl-multinode",
+                 "--collective-tool", "mpi", "--mpirun-args", mpirun_args(cluster), "--collective-bytes", "1M",
+                 "--nccl-timeout", str(timeout), "--nccl-node-dir", str(tmp_path / "launcher" / name),
+                 *(expect or ["--collective-slow-ratio", "0.2"])])
+    report = json.loads((out / "r" / "report.json").read_text())
+    return code, report, out / "r"
+
+
+def statuses(report: dict) -> dict[str, str]:
+    return {h: v["status"] for h, v in report["hosts"].items()}
+
+
+def fleet_finding(report: dict) -> dict:
+    return next(f for f in report["findings"] if f["check"] == "nccl-multinode" and f["host"] is None)
+
+
+def reanalyzed(run_dir: Path, tmp_path: Path) -> dict:
+    main(["analyze", str(run_dir), "--out", str(tmp_path / "again"), "-q", "--checks", "nccl-multinode"])
+    return json.loads(next((tmp_path / "again").rglob("report.json")).read_text())
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from simcluster import SimCluster
+
+    with SimCluster([SimHost(f"n{i}") for i in range(1, 7)], tmp_path_factory.mktemp("mpi")) as sim:
+        yield sim
+
+
+def test_healthy_fleet_is_never_blamed(cluster, tmp_path):
+    code, report, run_dir = run(cluster, tmp_path, "healthy")
+    assert code == 0, fleet_finding(report)["summary"]
+    assert set(statuses(report).values()) == {"pass"}
+    fleet = fleet_finding(report)
+    # The relative expectation halves a passing fleet run once: both halves pass, nobody is blamed.
+    assert fleet["data"]["bisection"]["culprits"] == [] and fleet["data"]["bisection"]["rounds"] == 2
+    assert "MPI all_reduce busbw" in fleet["summary"]
+    text = (run_dir / "bundle" / "hosts" / "fleet-" / "nccl-multinode.txt").read_text()
+    assert "# preflight: tool=mpi4py gpus=1 repetitions=1" in text and "result bytes 1048576" in text
+
+
+def test_rate_limited_host_is_found_by_the_bisection(cluster, tmp_path):
+    with slow_host(cluster, "n5", "20mbit"):
+        code, report, run_dir = run(cluster, tmp_path, "slow")
+    fleet = fleet_finding(report)
+    assert code == 1 and statuses(report) == {"n1": "pass", "n2": "pass", "n3": "pass", "n4": "pass",
+                                              "n5": "fail", "n6": "pass"}, fleet["summary"]
+    assert fleet["summary"].startswith("isolated by bisection: n5")
+    culprit = next(f for f in report["findings"] if f["host"] == "n5" and f["check"] == "nccl-multinode")
+    assert "slow: busbw" in culprit["summary"]
+    assert {d["cause"]: d["hosts"] for d in report["diagnoses"]} == {"nccl-pair-failed": ["n5"]}
+    # 6 nodes: the fleet run, its halves, then n5's half re-paired with nodes that passed: log2(6) + 2 rounds at most.
+    assert fleet["data"]["bisection"]["rounds"] <= 4
+    assert statuses(reanalyzed(run_dir, tmp_path)) == statuses(report)
+
+
+def test_stalled_data_path_hangs_and_the_bisection_names_the_host(cluster, tmp_path):
+    with data_ports_stalled(cluster, "n2"):
+        code, report, run_dir = run(cluster, tmp_path, "hang", timeout=6, expect=NOT_SLOW)
+    fleet = fleet_finding(report)
+    assert code == 1 and statuses(report)["n2"] == "fail", fleet["summary"]
+    assert {h for h, s in statuses(report).items() if s == "fail"} == {"n2"}
+    assert "all hosts (6 hosts x 1 GPUs): hung (stopped by its timeout; ranks that never finished" in fleet["summary"]
+    culprit = next(f for f in report["findings"] if f["host"] == "n2" and f["check"] == "nccl-multinode")
+    assert "nccl-hang" in culprit["symptoms"]
+    assert statuses(reanalyzed(run_dir, tmp_path)) == statuses(report)
+
+
+def test_host_the_launcher_cannot_reach_reads_never_ran(cluster, tmp_path):
+    # The launcher's ssh to n4 stalls (the controller still reaches n4). Open MPI 4.1 then waits
+    # on the fleet run until the timeout; smaller groups get ssh's own "Connection timed out":
+    # the bisection corners n4 as it would a bad node, and the verdict is "never ran", not the fabric.
+    with ssh_stalled(cluster, "n1", "n4"):
+        code, report, _ = run(cluster, tmp_path, "unreachable", timeout=8, expect=NOT_SLOW)
+    fleet = fleet_finding(report)
+    assert fleet["status"] == "error", fleet["summary"]
+    assert fleet["summary"].startswith("the test never ran: n4 unreachable from the launcher")
+    assert statuses(report) == {"n1": "pass", "n2": "pass", "n3": "pass", "n4": "error", "n5": "pass", "n6": "pass"}
+    host = next(f for f in report["findings"] if f["host"] == "n4" and f["check"] == "nccl-multinode")
+    assert "ssh to 127.77." in host["summary"] and "Connection timed out" in host["summary"]
+    assert {d["cause"]: d["hosts"] for d in report["diagnoses"]} == {"collective-never-ran": ["n4"]}
+    assert code != 0
