@@ -301,6 +301,7 @@ def plan_pairs(hosts: Sequence[str], suspected: Collection[str], good: Collectio
     Each suspect gets a partner from ``good`` (proven or presumed good), spread round-robin
     so no partner carries many suspects, skipping pairs already ``done``. Without any good
     host the suspects are paired among themselves (blind)."""
+    suspected, good = set(suspected), set(good)  # membership tests over the whole fleet
     ordered = [h for h in hosts if h in suspected]
     partners = [h for h in hosts if h in good and h not in suspected]
     tried = {frozenset(p) for p in done}
