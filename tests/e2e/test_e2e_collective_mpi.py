@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from netfaults import data_ports_stalled, slow_host, ssh_stalled
+from netfaults import data_ports_stalled, slow_host, slow_path, ssh_stalled
 from simcluster import SimHost
 
 from preflight.app.cli import main
@@ -36,10 +36,13 @@ def mpirun_args(cluster) -> str:
     # TCP on the veth links (the addresses are 127.77.x.y, which Open MPI would otherwise skip as
     # loopback), MPI's data ports pinned where data_ports_stalled can find them, and every daemon
     # started by the launcher itself (no tree spawn), so what the launcher cannot reach never runs;
-    # idle ranks yield the CPU (two shared cores, several ranks each).
+    # idle ranks yield the CPU (two shared cores, several ranks each); the all_reduce is Open MPI's
+    # ring (tuned algorithm 4), as NCCL's rings: each rank talks to its ring neighbours, so a slow
+    # path between two hosts shows when they are neighbours (the bisection's regrouping makes them so).
     return (f"--allow-run-as-root --mca plm_rsh_agent 'ssh -F {cluster.ssh_config}' "
             "--mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 --mca btl tcp,self "
-            "--mca btl_tcp_port_min_v4 40000 --mca btl_tcp_port_range_v4 64 --mca plm_rsh_no_tree_spawn 1 --mca routed direct --mca mpi_yield_when_idle 1")
+            "--mca btl_tcp_port_min_v4 40000 --mca btl_tcp_port_range_v4 64 --mca plm_rsh_no_tree_spawn 1 --mca routed direct --mca mpi_yield_when_idle 1 "
+            "--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4")
 
 
 def run(cluster, tmp_path: Path, name: str, timeout: int = 20, expect: list[str] = ()) -> tuple[int, dict, Path]:
@@ -101,6 +104,19 @@ def test_rate_limited_host_is_found_by_the_bisection(cluster, tmp_path):
     assert {d["cause"]: d["hosts"] for d in report["diagnoses"]} == {"nccl-pair-failed": ["n5"]}
     # 6 nodes: the fleet run, its halves, then n5's half re-paired with nodes that passed: log2(6) + 2 rounds at most.
     assert fleet["data"]["bisection"]["rounds"] <= 4
+    assert statuses(reanalyzed(run_dir, tmp_path)) == statuses(report)
+
+
+def test_slow_path_between_two_hosts_is_blamed_on_the_path(cluster, tmp_path):
+    # n2 <-> n3 shaped (each fine with every other host). A path fault shows only when the fleet run
+    # itself is slow, so the expectation is explicit: 0.01 GB/s, slow below half of it (healthy runs
+    # here measured 0.012-0.58 GB/s, the shaped pair about 0.003).
+    with slow_path(cluster, "n2", "n3", "20mbit"):
+        code, report, run_dir = run(cluster, tmp_path, "path", expect=["--collective-expect-busbw", "0.01"])
+    fleet = fleet_finding(report)
+    assert fleet["data"]["bisection"]["paths"] == [["n2", "n3"]], fleet["summary"]
+    assert {h for h, s in statuses(report).items() if s == "fail"} == {"n2", "n3"}
+    assert {d["cause"]: d["hosts"] for d in report["diagnoses"]} == {"collective-path-fault": ["n2", "n3"]}
     assert statuses(reanalyzed(run_dir, tmp_path)) == statuses(report)
 
 
