@@ -141,6 +141,9 @@ def _judge_run(fleet, run: MultinodeRun, hosts, v: _Verdict, label: str) -> None
     if run.state in ("hung", "failed"):
         v.add("fail", f"{label}: {run.state} ({run.why})", "nccl-hang" if run.state == "hung" else "nccl-failed",
               evidence=_tail(fleet, run.probe))
+    if run.flaky:
+        v.add("fail", f"{label}: flaky, {', '.join(run.repetitions)} over {len(run.repetitions)} repetitions",
+              "collective-flaky")
     if run.init_failure is not None:
         v.symptom(INIT_SYMPTOM[run.init_failure.transport])
         v.evidence.append(Evidence(run.probe, run.init_failure.line[:300]))

@@ -54,6 +54,9 @@ def add(group) -> None:
                             "with each other)")
     group.add_argument("--collective-slow-ratio", type=_ratio, default=0.5, metavar="R",
                        help="slow below this fraction of the expectation (default 0.5)")
+    group.add_argument("--collective-reps", type=positive(int), default=1, metavar="N",
+                       help="repetitions of each fleet all_reduce; one that passes in some and fails or hangs in "
+                            "others is flaky, with the hosts its failing repetitions name (default 1)")
 
 
 def options_of(args: argparse.Namespace, nccl: NcclOptions, node_dir: str) -> MultinodeOptions:
@@ -67,4 +70,4 @@ def options_of(args: argparse.Namespace, nccl: NcclOptions, node_dir: str) -> Mu
     return MultinodeOptions.from_nccl(nccl, node_dir, tool=args.collective_tool, mpirun_args=extra,
                                       python=args.collective_python, mpi_bytes=args.collective_bytes,
                                       expect_busbw_gbs=args.collective_expect_busbw,
-                                      slow_ratio=args.collective_slow_ratio)
+                                      slow_ratio=args.collective_slow_ratio, reps=args.collective_reps)

@@ -107,6 +107,7 @@ class MultinodeOptions:
     mpi_bytes: int = 1 << 20  # the mpi engine's message size
     expect_busbw_gbs: float | None = None  # below slow_ratio of it a run is slow
     slow_ratio: float = 0.5
+    reps: int = 1  # repetitions of each fleet run (the bisection's runs run once)
 
     @classmethod
     def from_nccl(cls, nccl: NcclOptions, node_dir: str = NODE_DIR, **kw) -> MultinodeOptions:
@@ -133,8 +134,9 @@ def program(options: MultinodeOptions) -> list[str]:
 def run_argv(options: MultinodeOptions, run_id: str, probe: str, split: str, np: int, gpus: int) -> list[str]:
     tool = MPI_TOOL if options.tool == "mpi" else "mpirun"
     env = ["-x", "NCCL_DEBUG", "-x", "NCCL_DEBUG_SUBSYS"] + (["-x", "NCCL_TESTS_SPLIT"] if split else [])
+    reps = options.reps if probe in VARIANTS else 1
     return ["sh", "-c", SCRIPT, "sh", f"{options.node_dir.rstrip('/')}/{run_id}", f"{probe}.hosts",
-            f"{options.timeout_s:g}", split, str(gpus), tool,
+            f"{options.timeout_s:g}", split, str(gpus), tool, str(reps),
             "-np", str(np), "--tag-output", *options.mpirun_args, *(env if options.tool == "nccl" else []),
             *program(options)]
 
@@ -160,8 +162,9 @@ def run_stage(hosts: Sequence[str], gpus: int, launcher: Node, options: Multinod
 
     def one(probe: str, members: Sequence[str], split: str = "") -> MultinodeRun:
         argv = run_argv(options, run_id, probe, split, len(members) * gpus, gpus)
+        reps = options.reps if probe in VARIANTS else 1
         r = launcher.run(argv, stdin=hostfile(members, gpus, addresses, expect_note(options)),
-                         timeout=options.timeout_s + KILL_AFTER_S + _GRACE_S)
+                         timeout=(options.timeout_s + KILL_AFTER_S) * reps + _GRACE_S)
         result = ProbeResult(probe, fleet_host, tuple(argv), r.stdout, r.stderr, r.exit_code, r.started,
                              r.duration_s, r.timed_out, r.error)
         on_result(result)

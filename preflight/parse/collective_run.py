@@ -88,6 +88,12 @@ class MultinodeRun:
     addresses: tuple[tuple[str, str], ...] = ()  # (address, host): NCCL INFO lines, the hostfile's notes
     seconds: float | None = None
     expect: tuple[float | None, float] | None = None  # (busbw floor or None, slow ratio) the stage judged by
+    repetitions: tuple[str, ...] = ()  # each repetition's state, when it has several
+
+    @property
+    def flaky(self) -> bool:
+        """Passed in some repetitions, not in others: the field report's signature."""
+        return "passed" in self.repetitions and any(s != "passed" for s in self.repetitions)
 
     @property
     def ok(self) -> bool:
@@ -142,7 +148,7 @@ def read_run(result: ProbeResult) -> MultinodeRun:
     except ParseError as exc:
         return MultinodeRun(result.probe, tuple(hosts), slots, "failed", f"unreadable output ({exc})",
                             None, 0, (), (), **common)
-    state, why = _state(out)
+    state, why, states = _state(out)
     runs = [run for rep in out.repetitions for run in rep.runs]
     wrong = sum((h.wrong or 0) for run in runs for row in run.rows
                 for h in (row.in_place, row.out_of_place) if h is not None)
@@ -154,45 +160,78 @@ def read_run(result: ProbeResult) -> MultinodeRun:
             where = f" ({init.hca})" if init.hca else ""
             why = f"NCCL failed in {init.transport}{where} on {init.host or 'a node'} before any results: {why}"
     return MultinodeRun(result.probe, tuple(hosts), slots, state, why, out, wrong, _named_hosts(text, out),
-                        out.notes, init_failure=init, **common)
+                        out.notes, init_failure=init, repetitions=states if len(states) > 1 else (), **common)
 
 
 def _read_mpi(result: ProbeResult, text: str, hosts: tuple[str, ...], slots, exit_code, common) -> MultinodeRun:
-    mpi = parse_mpi_allreduce(text)
-    stopped = tuple(dict.fromkeys(mpi.stopped.values()))
-    timed_out = exit_code in TIMEOUT_EXITS or (exit_code is None and result.timed_out)
+    """The CPU engine's run, repetition by repetition (each closed by its marker); the run's
+    state is its worst repetition's, and a run that passed in some and not in others is flaky."""
+    segments, lines = [], []
+    for line in text.splitlines():
+        if m := _MARK.match(line.strip()):
+            segments.append(("\n".join(lines), int(m.group(1))))
+            lines = []
+        else:
+            lines.append(line)
+    if any(line.strip() for line in lines) or not segments:
+        segments.append(("\n".join(lines), None))  # cut off: no marker closed it
+    reps = [_mpi_repetition(body, code, result.timed_out, common) for body, code in segments]
+    worst = max(reps, key=lambda r: _SEVERITY[r[0]])
+    state, why, mpi, named = worst
+    states = tuple(r[0] for r in reps)
+    if len(reps) > 1 and state != "passed":
+        passed = [str(i) for i, r in enumerate(reps, 1) if r[0] == "passed"]
+        why = (f"{state} in repetition {states.index(state) + 1} of {len(reps)}"
+               + (f" (passed in {', '.join(passed)})" if passed else "") + f": {why}")
+    if state == "never-ran":
+        return MultinodeRun(result.probe, hosts, slots, state, why, None, 0, (), (), mpi=mpi, unreachable=named,
+                            repetitions=states, **common)
+    return MultinodeRun(result.probe, hosts, slots, state, why, None, mpi.wrong, named if state == "hung" else (),
+                        (), mpi=mpi, repetitions=states, **common)
+
+
+_SEVERITY = {"passed": 0, "failed": 1, "hung": 2, "never-ran": 3}
+
+
+def _mpi_repetition(body: str, exit_code: int | None, cut: bool, common) -> tuple[str, str, MpiAllreduce, tuple]:
+    mpi = parse_mpi_allreduce(body)
+    timed_out = exit_code in TIMEOUT_EXITS or (exit_code is None and cut)
     if timed_out and not mpi.ready:
         # No rank reached the all_reduce: the launcher never got the ranks running (Open MPI 4.1
         # can wait forever when one of several ssh launches fails: seen on the namespace test bed).
         said = [f"ssh to {m.group(1) or m.group(3)}: {m.group(2) or m.group(4)}"
-                for raw in text.splitlines() if (m := _SSH.match(MPI_TAG.sub("", raw).strip()))]
-        named = tuple(dict(common["addresses"]).get(m, m) for m in _ssh_named(text))
-        why = "no rank started before the timeout" + (f" ({'; '.join(said)})" if said else "")
-        return MultinodeRun(result.probe, hosts, slots, "never-ran", why, None, 0, (), (), mpi=mpi,
-                            unreachable=named, **common)
+                for raw in body.splitlines() if (m := _SSH.match(MPI_TAG.sub("", raw).strip()))]
+        named = tuple(dict(common["addresses"]).get(m, m) for m in _ssh_named(body))
+        return "never-ran", "no rank started before the timeout" + (f" ({'; '.join(said)})" if said else ""), mpi, named
+    stopped = tuple(dict.fromkeys(mpi.stopped.values()))
     if timed_out:
-        why = "stopped by its timeout" + (f"; ranks that never finished: {_ranks(mpi.stopped)}" if mpi.stopped else
-                                          "; no rank reached the all_reduce")
-        state = "hung"
-    elif exit_code is None:
-        state, why = "hung", "still running when the controller's timeout stopped it"
-    elif exit_code != 0 or not mpi.complete:
-        state, why = "failed", f"mpirun exit {exit_code}" + ("" if mpi.complete else ", no result line")
-    else:
-        state, why = "passed", ""
-    return MultinodeRun(result.probe, hosts, slots, state, why, None, mpi.wrong, stopped if state == "hung" else (),
-                        (), mpi=mpi, **common)
+        return "hung", "stopped by its timeout" + (f"; ranks that never finished: {_ranks(mpi.stopped)}"
+                                                   if mpi.stopped else "; no rank reached the all_reduce"), mpi, stopped
+    if exit_code is None:
+        return "hung", "still running when the controller's timeout stopped it", mpi, stopped
+    if exit_code != 0 or not mpi.complete:
+        return "failed", f"mpirun exit {exit_code}" + ("" if mpi.complete else ", no result line"), mpi, ()
+    return "passed", "", mpi, ()
 
 
 def _ranks(ranks: Mapping[int, str]) -> str:
     return ", ".join(f"{r} ({h})" for r, h in sorted(ranks.items()))
 
 
-def _state(out: NcclProbeOutput) -> tuple[str, str]:
+def _state(out: NcclProbeOutput) -> tuple[str, str, tuple[str, ...]]:
+    """The worst repetition's state and why, and every repetition's state."""
     if not out.repetitions:
-        return ("hung", "cut off before mpirun printed anything") if out.cut_off else (
-            "failed", "no all_reduce output")
-    return out.repetitions[0].state("mpirun") or ("hung", "still running when the controller's timeout stopped it")
+        return (("hung", "cut off before mpirun printed anything", ()) if out.cut_off else
+                ("failed", "no all_reduce output", ()))
+    reps = [rep.state("mpirun") or ("hung", "still running when the controller's timeout stopped it")
+            for rep in out.repetitions]
+    state, why = max(reps, key=lambda r: _SEVERITY[r[0]])
+    states = tuple(r[0] for r in reps)
+    if len(reps) > 1 and state != "passed":
+        passed = [str(i) for i, r in enumerate(reps, 1) if r[0] == "passed"]
+        why = (f"{state} in repetition {states.index(state) + 1} of {len(reps)}"
+               + (f" (passed in {', '.join(passed)})" if passed else "") + f": {why}")
+    return state, why, states
 
 
 def _ssh_named(text: str) -> list[str]:

@@ -306,7 +306,7 @@ def test_stage_runs_variants_then_bisects_the_inter_node_traffic(tmp_path):
                           b"gpu01 slots=8\ngpu02 slots=8\ngpu03 slots=8\ngpu04 slots=8\n")
     assert dict((p, s) for p, _, s in seen)["nccl-pair-gpu03-gpu01"].endswith(b"gpu03 slots=8\ngpu01 slots=8\n")
     assert all(r.host == FLEET_HOST and r.command[:2] == ("sh", "-c") for r in results)
-    assert results[0].command[10:13] == ("-np", "32", "--tag-output")
+    assert results[0].command[9:14] == ("mpirun", "1", "-np", "32", "--tag-output")  # tool, repetitions
     assert results[0].command[-11:] == ("all_reduce_perf", "-b", "8", "-e", str(8 << 30), "-f", "2", "-g", "1",
                                         "-c", "1")
 

@@ -81,7 +81,8 @@ def cluster(tmp_path_factory):
 
 
 def test_healthy_fleet_is_never_blamed(cluster, tmp_path):
-    code, report, run_dir = run(cluster, tmp_path, "healthy")
+    code, report, run_dir = run(cluster, tmp_path, "healthy", expect=["--collective-slow-ratio", "0.2",
+                                                                     "--collective-reps", "2"])
     assert code == 0, fleet_finding(report)["summary"]
     assert set(statuses(report).values()) == {"pass"}
     fleet = fleet_finding(report)
@@ -89,7 +90,9 @@ def test_healthy_fleet_is_never_blamed(cluster, tmp_path):
     assert fleet["data"]["bisection"]["culprits"] == [] and fleet["data"]["bisection"]["rounds"] == 2
     assert "MPI all_reduce busbw" in fleet["summary"]
     text = (run_dir / "bundle" / "hosts" / "fleet-" / "nccl-multinode.txt").read_text()
-    assert "# preflight: tool=mpi4py gpus=1 repetitions=1" in text and "result bytes 1048576" in text
+    # The fleet run twice (--collective-reps 2), each repetition closed by its own marker.
+    assert "# preflight: tool=mpi4py gpus=1 repetitions=2" in text and text.count("result bytes 1048576") == 2
+    assert "# preflight: repetition 2 exit=0" in text
 
 
 def test_rate_limited_host_is_found_by_the_bisection(cluster, tmp_path):

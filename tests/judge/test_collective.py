@@ -6,9 +6,13 @@ needs (the figures are the captures')."""
 
 from __future__ import annotations
 
+from ctx import _CHECKS, make_host
 from derived import CORPUS
 
+from preflight.diagnose.engine import diagnose, load_knowledge
+from preflight.judge.analyze import _run_fleet_check
 from preflight.judge.collective import Expectation, RoundJudge
+from preflight.judge.context import FleetContext
 from preflight.model import ProbeResult
 from preflight.parse.collective_run import MPI_TOOL, read_run
 
@@ -58,3 +62,21 @@ def test_never_ran_fails_so_the_bisection_corners_it_and_not_run_gives_no_verdic
                                      error="launcher n1: connection refused"))
     assert judge([refused, unreached]) == {"nccl-pair-n5-n1": "fail", "nccl-multinode": "unknown"}
     assert judge.why["nccl-pair-n5-n1"].startswith("never ran: the launcher could not start its daemons")
+
+
+def test_the_check_names_a_flaky_fleet_run():
+    hosts = ["n1", "n2", "n3", "n4"]
+    healthy = "".join(line + "\n" for line in (OMPI / "healthy4.txt").read_text().splitlines()
+                      if not line.startswith("# exit="))
+    hung = "".join(line + "\n" for line in (OMPI / "dataport-drop-n3.txt").read_text().splitlines()
+                   if not line.startswith("# exit="))
+    text = (f"# preflight: tool={MPI_TOOL} gpus=1 repetitions=2\n" + "".join(f"# preflight: host {h} slots=1\n"
+                                                                             for h in hosts)
+            + healthy + "# preflight: repetition 1 exit=0 seconds=3\n" + hung
+            + "# preflight: repetition 2 exit=124 seconds=12\n")
+    ctxs = {h: make_host({}, "generic", h) for h in hosts}
+    results = {"nccl-multinode": ProbeResult("nccl-multinode", "fleet-", ("sh",), text.encode(), exit_code=0)}
+    (fleet,) = _run_fleet_check(_CHECKS["nccl-multinode"], FleetContext(ctxs, results))
+    assert fleet.status.value == "fail" and "collective-flaky" in fleet.symptoms
+    assert "flaky, passed, hung over 2 repetitions" in fleet.summary
+    assert [d.cause for d in diagnose([fleet], load_knowledge())] == ["collective-flaky"]

@@ -93,3 +93,14 @@ def test_warn_peer_address_maps_back_to_the_inventory_host():
                          tool="mpirun"))
     assert run.peers == ("172.16.207.69",)
     assert peer_hosts(run, ["ai-worker01.dc", "ai-worker03.dc"]) == ("ai-worker03.dc",)
+
+
+def test_repetitions_that_pass_and_hang_read_as_flaky_naming_the_ranks_that_stopped():
+    # Two repetitions of one fleet run, each closed by its marker: the healthy capture, then the
+    # stalled-data-path capture (both real, from the same four hosts).
+    text = ("# preflight: tool=mpi4py gpus=1 repetitions=2\n" + "".join(f"# preflight: host {h} slots=1\n" for h in FOUR)
+            + capture("healthy4.txt") + "# preflight: repetition 1 exit=0 seconds=3\n"
+            + capture("dataport-drop-n3.txt") + "# preflight: repetition 2 exit=124 seconds=12\n")
+    run = read_run(ProbeResult("nccl-multinode", "fleet-", ("sh",), text.encode(), exit_code=0))
+    assert run.state == "hung" and run.flaky and run.repetitions == ("passed", "hung")
+    assert run.why.startswith("hung in repetition 2 of 2 (passed in 1): stopped by its timeout; ranks that never")
