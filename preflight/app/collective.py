@@ -49,17 +49,15 @@ def collective_over_ssh(hosts: Sequence[Host], evidence: Mapping[str, Mapping[st
     picked = stage_members(hosts, evidence, on_result, fleet_host, options.tool)
     if isinstance(picked, str):
         return picked
-    members, gpus, _ = picked
+    members = picked[0]
     launcher = SshNode(members[0], ssh)
     why = launcher.connect()
     if why:
         record_not_run(VARIANTS if options.tool == "nccl" else [PROBE_FULL], on_result, fleet_host,
                        f"launcher {members[0].name}: {why}")
         return None
-    judge = judge_for(options)
     try:
-        return run_stage([h.name for h in members], gpus, launcher, options, run_id, on_result, fleet_host, judge,
-                         split_once=judge.expectation.relative,
-                         addresses={h.name: address_of(h, ssh) for h in members})
+        return collective_stage(members, evidence, launcher, options, on_result, run_id, fleet_host,
+                                addresses={h.name: address_of(h, ssh) for h in members})
     finally:
         launcher.close()
