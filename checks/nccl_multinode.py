@@ -64,7 +64,7 @@ INIT_SYMPTOM = {"NET/IB": "nccl-init-net-failed", "NVLS": "nccl-init-nvls-failed
 
 
 @fleet_check("nccl-multinode", probes=[SINGLE_NODE_PROBE],
-             summary="nccl all_reduce across nodes (mpirun; intra/inter-node split; culprit by re-pairing)")
+             summary="all_reduce across nodes (mpirun; intra/inter-node split; culprit node or path by bisection)")
 def nccl_multinode(fleet):
     if PROBE_FULL not in fleet.probes:
         return skip("not run: `preflight run --nccl-multinode` runs it on two or more reachable hosts")
