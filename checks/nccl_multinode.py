@@ -2,8 +2,9 @@
 
 Input: the runs of preflight/collect/multinode.py, saved under the bundle's pseudo-host: the full
 multi-node all_reduce (``nccl-multinode``), its intra-node-only and inter-node-only variants
-(``NCCL_TESTS_SPLIT`` DIV/MOD the GPUs per node), and the 2-node re-pairing runs
-(``nccl-pair-<suspect>-<partner>``); plus every host's own single-node run (nccl-all-reduce).
+(``NCCL_TESTS_SPLIT`` DIV/MOD the GPUs per node), the bisection's runs (``nccl-bisect-<round>-<i>``,
+``nccl-pair-<suspect>-<partner>``); plus every host's own single-node run (nccl-all-reduce). With
+``--collective-tool mpi`` the runs are the MPI engine's (``tool=mpi4py``), one rank per host.
 
 How faulty is told from normal, per run (as checks/nccl_all_reduce.py does for one node):
 stopped by its timeout or cut off -> ``nccl-hang``; mpirun non-zero, a "Test ... failure"

@@ -1,5 +1,5 @@
-"""Multi-node nccl all_reduce through mpirun (``preflight run --nccl-multinode``), its split
-variants, and the re-pairing pass that names the node to blame.
+"""Multi-node all_reduce through mpirun (``preflight run --nccl-multinode``), its split
+variants, and the bisection's runs that name the node (or path) to blame: execution only.
 
 After the per-host probes, with at least two reachable hosts whose GPU count is known, the
 stage picks a launcher (the first such host in inventory order) and runs there, one after the
