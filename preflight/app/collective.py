@@ -10,14 +10,19 @@ not import judge/.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from preflight.collect.multinode import PROBE_FULL, VARIANTS, MultinodeOptions, record_not_run, run_stage, stage_members
 from preflight.collect.node import Node
 from preflight.collect.ssh import SshNode, SshOptions, address_of
 from preflight.fabric.bisection import Bisection
 from preflight.judge.collective import Expectation, RoundJudge
+from preflight.knowledge.profiles import Profile
 from preflight.model import Host, ProbeResult
+
+PER_NIC = "nccl.inter_node_busbw_per_nic_gbs"
+MIN_JUDGED_BYTES = 1 << 30  # smaller messages do not reach the link rate (docs/sources.md §3)
 
 
 def judge_for(options: MultinodeOptions) -> RoundJudge:
@@ -25,6 +30,21 @@ def judge_for(options: MultinodeOptions) -> RoundJudge:
     explicit expectation, none for nccl's bisection without one (the check holds the fleet runs
     against the profile)."""
     return RoundJudge(Expectation.of(options.expect_busbw_gbs, options.slow_ratio, relative=options.tool == "mpi"))
+
+
+def with_profile_expectation(options: MultinodeOptions, profiles: Iterable[Profile]) -> MultinodeOptions:
+    """nccl-tests without an explicit figure: the hosts' shared profile's per-NIC inter-node bus
+    bandwidth (46 GB/s per NDR NIC, docs/sources.md §3), so a slow inter-node split is bisected
+    too. Every run is held to the per-NIC figure: the inter-node split and the bisection's runs of
+    it carry one NIC per communicator; the full and intra-node runs are faster than one NIC, so
+    the figure is lenient there (the check holds them to their own figures). Not when the largest
+    message is below 1 GiB, nor when the hosts differ in profile."""
+    chosen = {p.id: p for p in profiles}
+    figure = next(iter(chosen.values())).get(PER_NIC) if len(chosen) == 1 else None
+    if options.tool != "nccl" or options.expect_busbw_gbs is not None or figure is None \
+            or options.max_bytes < MIN_JUDGED_BYTES:
+        return options
+    return replace(options, expect_busbw_gbs=float(figure))
 
 
 def collective_stage(hosts: Sequence[Host], evidence: Mapping[str, Mapping[str, ProbeResult]], launcher: Node,

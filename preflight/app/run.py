@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight import __version__
-from preflight.app.collective import collective_over_ssh, judge_for
+from preflight.app.collective import collective_over_ssh, judge_for, with_profile_expectation
 from preflight.collect.fanout import ExecPlan, run_node
 from preflight.collect.local import LocalNode, local_host_name
 from preflight.collect.multinode import MultinodeOptions
@@ -115,12 +115,14 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
         if req.multinode and not local:
             bundle = writer.bundle()
             reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
+            # The hosts' profiles, as their own judgement chose them: the nccl engine's expectation.
+            chosen = [j.profile for h, j in early.judged(bundle).items() if h in reached]
+            multinode = with_profile_expectation(req.multinode, chosen)
             if req.slurm:
-                run_multinode_slurm(req.hosts, reached, writer.add, req.slurm, req.multinode, req.run_id, FLEET_HOST,
-                                    judge_for(req.multinode))
+                run_multinode_slurm(req.hosts, reached, writer.add, req.slurm, multinode, req.run_id, FLEET_HOST,
+                                    judge_for(multinode))
             else:
-                collective_over_ssh(req.hosts, reached, writer.add, req.plan.ssh, req.multinode, req.run_id,
-                                    FLEET_HOST)
+                collective_over_ssh(req.hosts, reached, writer.add, req.plan.ssh, multinode, req.run_id, FLEET_HOST)
         bundle = writer.bundle()
         judged = early.judged(bundle)
     finally:

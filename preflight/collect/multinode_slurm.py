@@ -36,6 +36,7 @@ from preflight.collect.multinode import (
     VARIANTS,
     Judge,
     MultinodeOptions,
+    expect_note,
     record_not_run,
     run_pass,
     stage_members,
@@ -67,11 +68,12 @@ def step_argv(job: int, members: Sequence[str], gpus: int, options: MultinodeOpt
 
 
 def step_text(members: Sequence[str], gpus: int, stdout: bytes, stderr: str, exit_code: int | None,
-              seconds: float) -> bytes:
+              seconds: float, expect: str = "") -> bytes:
     """One step's output in the stage's saved format; without the closing marker when srun
-    itself had to be stopped (``exit_code`` None), as a cut-off mpirun run is saved."""
-    head = f"# preflight: tool=srun gpus={gpus} repetitions=1\n" + "".join(
-        f"# preflight: host {h} slots={gpus}\n" for h in rank_order(members))
+    itself had to be stopped (``exit_code`` None), as a cut-off mpirun run is saved. ``expect``:
+    what "slow" meant (``multinode.expect_note``), saved so the bundle is judged again alike."""
+    head = f"# preflight: tool=srun gpus={gpus} repetitions=1\n" + (f"# preflight: expect {expect}\n" if expect else "")
+    head += "".join(f"# preflight: host {h} slots={gpus}\n" for h in rank_order(members))
     body = stdout + (b"" if stdout.endswith(b"\n") or not stdout else b"\n")
     said = stderr + ("" if stderr.endswith("\n") or not stderr else "\n")
     tail = "" if exit_code is None else f"# preflight: repetition 1 exit={exit_code} seconds={math.floor(seconds)}\n"
@@ -95,8 +97,8 @@ def one_step(job: int, gpus: int, options: MultinodeOptions, on_result: Callable
                 # A rank's own limit fired: a hang, even when srun then terminated its peers
                 # (--kill-on-bad-exit) and returns their 143 as the step's exit.
                 code = TIMEOUT_EXITS[0]
-            result = ProbeResult(probe, fleet_host, tuple(argv), step_text(members, gpus, r.stdout, r.stderr, code,
-                                                                           r.duration_s),
+            text = step_text(members, gpus, r.stdout, r.stderr, code, r.duration_s, expect_note(options))
+            result = ProbeResult(probe, fleet_host, tuple(argv), text,
                                  r.stderr, 0, r.started, r.duration_s, r.timed_out, None)
         on_result(result)
         return read_run(result)

@@ -54,7 +54,8 @@ def test_a_passing_step_reads_back_as_the_mpirun_stage_does(monkeypatch):
     run, saved = run_one(monkeypatch, result(untagged(mpirun_all_reduce(["gpu01", "gpu02"])).encode()))
     assert run.state == "passed" and run.ok and run.hosts == ("gpu01", "gpu02") and run.slots == 8
     text = saved.text
-    assert text.startswith("# preflight: tool=srun gpus=8 repetitions=1\n# preflight: host gpu01 slots=8\n")
+    assert text.startswith("# preflight: tool=srun gpus=8 repetitions=1\n# preflight: expect busbw=none ratio=0.5\n"
+                           "# preflight: host gpu01 slots=8\n")
     assert text.endswith("# preflight: repetition 1 exit=0 seconds=41\n")
     assert saved.host == FLEET_HOST and saved.command[0] == "srun" and saved.exit_code == 0
 

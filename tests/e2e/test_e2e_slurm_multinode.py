@@ -93,7 +93,7 @@ def test_multinode_all_reduce_through_srun_names_the_culprit(cluster, tmp_path):
                          "--nodelist=gpu[01-04]", "--kill-on-bad-exit=1"]
     assert inter[7:10] == ["env", "NCCL_DEBUG=WARN", "NCCL_TESTS_SPLIT=MOD 1"]
     pair = (saved / "nccl-pair-gpu03-gpu01.txt").read_text()
-    assert pair.startswith("# preflight: tool=srun gpus=1 repetitions=1\n"
+    assert pair.startswith("# preflight: tool=srun gpus=1 repetitions=1\n# preflight: expect busbw=none ratio=0.5\n"
                            "# preflight: host gpu01 slots=1\n# preflight: host gpu03 slots=1\n")
     # Its allocation (and the probes') released; analyze of the bundle reaches the same verdicts.
     cluster.wait_idle()

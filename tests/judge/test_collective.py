@@ -9,10 +9,13 @@ from __future__ import annotations
 from ctx import _CHECKS, make_host
 from derived import CORPUS
 
+from preflight.app.collective import with_profile_expectation
+from preflight.collect.multinode import MultinodeOptions
 from preflight.diagnose.engine import diagnose, load_knowledge
 from preflight.judge.analyze import _run_fleet_check
 from preflight.judge.collective import Expectation, RoundJudge
 from preflight.judge.context import FleetContext
+from preflight.knowledge.profiles import load_profiles
 from preflight.model import ProbeResult
 from preflight.parse.collective_run import MPI_TOOL, read_run
 
@@ -80,3 +83,16 @@ def test_the_check_names_a_flaky_fleet_run():
     assert fleet.status.value == "fail" and "collective-flaky" in fleet.symptoms
     assert "flaky, passed, hung over 2 repetitions" in fleet.summary
     assert [d.cause for d in diagnose([fleet], load_knowledge())] == ["collective-flaky"]
+
+
+def test_nccl_takes_the_shared_profiles_per_nic_figure_when_none_is_given():
+    profiles = load_profiles()
+    h200, generic = profiles["hgx-h200"], profiles["generic"]
+    assert with_profile_expectation(MultinodeOptions(), [h200, h200]).expect_busbw_gbs == 46.0
+    # Hosts that differ in profile, a profile without the figure, a message too small to reach
+    # the link rate, an explicit figure, or the mpi engine: unchanged.
+    assert with_profile_expectation(MultinodeOptions(), [h200, generic]).expect_busbw_gbs is None
+    assert with_profile_expectation(MultinodeOptions(), [generic]).expect_busbw_gbs is None
+    assert with_profile_expectation(MultinodeOptions(max_bytes=1 << 20), [h200]).expect_busbw_gbs is None
+    assert with_profile_expectation(MultinodeOptions(expect_busbw_gbs=30.0), [h200]).expect_busbw_gbs == 30.0
+    assert with_profile_expectation(MultinodeOptions(tool="mpi"), [h200]).expect_busbw_gbs is None
