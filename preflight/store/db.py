@@ -173,9 +173,7 @@ class Store:
         """Apply the pending migrations (up to ``upto``, default all) in one transaction under a
         lock (two controllers that open an empty store at once create it once); return the
         versions applied."""
-        with self.transaction(lock=True):
-            if self.dialect == POSTGRES:
-                self.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
+        with self._migration_lock(), self.transaction(lock=True):
             found = self._version_in_transaction()
             if found > schema.CURRENT:
                 raise SchemaMismatch(f"{self.url.shown}: schema version {found} is newer than {schema.CURRENT}",
@@ -190,6 +188,30 @@ class Store:
                 self.execute(f"INSERT INTO {schema.VERSION_TABLE} (version, applied) VALUES (?, ?)",
                              (version, time.time()))
         return [v for v, _ in steps]
+
+    @contextlib.contextmanager
+    def _migration_lock(self) -> Iterator[None]:
+        """PostgreSQL: a session advisory lock, taken in a transaction of its own that ends before
+        the migration's begins. Taken inside the migration's transaction (as it once was), the
+        lock was granted to a transaction that had started, and read its catalog caches, before
+        the winner committed: the backend's negative cache entry for ``pf_schema`` (left by the
+        version check that runs before ``migrate``) was not refreshed, every loser saw version 0
+        and failed on ``relation "pf_runs" already exists``. A transaction begun after the lock
+        is granted takes in the winner's catalog changes when it starts. SQLite's BEGIN
+        IMMEDIATE is its lock already."""
+        if self.dialect != POSTGRES:
+            yield
+            return
+        with self._errors():
+            self.conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+            self.conn.commit()
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                self.conn.rollback()
+                self.conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+                self.conn.commit()
 
     def _version_in_transaction(self) -> int:
         if self.dialect == SQLITE:
