@@ -348,8 +348,10 @@ def _connect_pg(url: StoreUrl, timeout_s: float):
     delay = 0.05
     while True:
         try:
-            return psycopg.connect(url.target, connect_timeout=max(1, int(timeout_s)),
+            conn = psycopg.connect(url.target, connect_timeout=max(1, int(timeout_s)),
                                    application_name="preflight", autocommit=False)
+            _bound_waits(conn, timeout_s)
+            return conn
         except psycopg.Error as exc:
             err = _pg_error(url, exc)
             # A server at its connection limit ("too many clients"), one starting up, or a unix
@@ -361,6 +363,23 @@ def _connect_pg(url: StoreUrl, timeout_s: float):
                 raise err from None
         time.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, 1.0)
+
+
+def _bound_waits(conn, timeout_s: float) -> None:
+    """No statement of this session waits on another's lock, or runs, past the store's timeout:
+    PostgreSQL's defaults (0, no limit) let a session holding a table (LOCK TABLE, a VACUUM
+    FULL, a migration left open) stall every healthcheck and ``history`` without end. Session
+    settings (``set_config(..., false)``), committed so that they outlive this transaction."""
+    # The lock's limit a little below the statement's: a wait on a lock then says so
+    # ("canceling statement due to lock timeout") rather than "statement timeout".
+    lock_ms, statement_ms = max(1, int(timeout_s * 900)), max(1, int(timeout_s * 1000))
+    try:
+        conn.execute("SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)",
+                     (f"{lock_ms}ms", f"{statement_ms}ms"))
+        conn.commit()
+    except BaseException:
+        conn.close()
+        raise
 
 
 def owner_only(path: Path) -> None:
