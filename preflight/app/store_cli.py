@@ -112,14 +112,25 @@ def import_hint(url: StoreUrl, run_dir: Path) -> str:
     """The command that records ``run_dir`` later into the same store. The store is named as it
     was chosen, but for a password: the hint then says to pass the URL in $PREFLIGHT_DB (a
     command line is visible to every user of the machine, and the URL shown is masked)."""
-    folder = shlex.quote(str(run_dir))
+    folder = shell_word(str(run_dir))
     default = url.dialect == location.SQLITE and url.target == location.default_url()[len("sqlite:///"):]
     if default and location.ENV not in os.environ:
         return f"`preflight history import {folder}`"
-    if url.shown != url.target:  # the URL holds a password, masked in what is shown
+    if url.dialect == location.POSTGRES and url.shown != url.target:  # a password, masked in what is shown
         return (f"`preflight history import {folder}` with ${location.ENV} set to this store's URL, "
                 f"password included ({url.shown})")
-    return f"`preflight history --db {shlex.quote(url.shown)} import {folder}`"
+    return f"`preflight history --db {shell_word(url.shown)} import {folder}`"
+
+
+def shell_word(text: str) -> str:
+    """``text`` quoted for a POSIX shell; a name that was not UTF-8 (lone surrogates) in bash's
+    $'...' with its bytes as \\xHH, so that the command printed reaches the very file."""
+    try:
+        text.encode("utf-8")
+        return shlex.quote(text)
+    except UnicodeEncodeError:
+        raw = os.fsencode(text)
+        return "$'" + "".join(chr(b) if 0x20 <= b < 0x7f and b not in b"'\\" else f"\\x{b:02x}" for b in raw) + "'"
 
 
 def record_report(url: StoreUrl | None, run_dir: Path, console: Console, command: str | None = None) -> bool:
