@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a bundle, a run directory, or a directory of run directories")
     mg.add_argument("--expect", metavar="NODELIST",
                     help="the nodes that should have a result (gpu[001-064]); those without are reported")
-    mg.add_argument("--run-id", help="name of the merged run directory (default: merge-<time>-<host>-<random>)")
+    mg.add_argument("--run-id", help="name of the merged run directory (default: merge-<timestamp>)")
     _common_analysis_options(mg)
 
     bl = sub.add_parser("baseline", help="a site profile (median and spread per figure) from known-good runs, "
