@@ -119,7 +119,7 @@ def import_hint(url: StoreUrl, run_dir: Path) -> str:
     if url.dialect == location.POSTGRES and url.shown != url.target:  # a password, masked in what is shown
         return (f"`preflight history import {folder}` with ${location.ENV} set to this store's URL, "
                 f"password included ({url.shown})")
-    return f"`preflight history --db {shell_word(url.shown)} import {folder}`"
+    return f"`preflight history import {folder} --db {shell_word(url.shown)}`"
 
 
 def shell_word(text: str) -> str:

@@ -242,3 +242,19 @@ def test_a_fifo_where_the_store_file_should_be_is_refused_not_waited_on(tmp_path
     out = bounded(lambda: Store.open(parse(f"sqlite:///{fifo}"), timeout_s=1.0), 10)
     assert isinstance(out.get("error"), StoreUnavailable), out
     assert f"{fifo} is not a regular file" in str(out["error"])
+
+
+def test_a_migration_lock_held_elsewhere_costs_the_timeout(pg):
+    """A controller stuck mid-migration (its session holds the advisory lock): another that
+    opens the empty store gives up after its timeout rather than waiting for ever."""
+    import psycopg
+
+    from preflight.store.db import _MIGRATION_LOCK
+
+    url = pg.create_database("stuck")
+    with psycopg.connect(url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+        out = bounded(lambda: Store.open(parse(url), timeout_s=1.0), 15)
+    assert isinstance(out.get("error"), StoreUnavailable) and "lock timeout" in str(out["error"]), out
+    assert out["took"] < 8
+    Store.open(parse(url)).close()  # and once it is let go, the store is made

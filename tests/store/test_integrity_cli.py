@@ -87,14 +87,14 @@ def test_a_run_id_that_is_not_utf8_is_recorded_live_and_its_hint_reaches_the_fol
     missing = f"sqlite:///{tmp_path / 'none' / 's.sqlite'}"
     code, _, err = run(capsys, "merge", str(EXAMPLE), "--out", str(tmp_path / "b"), "--run-id", "r\udcff", "-q",
                        "--no-html", "--db", missing)
-    assert code == 1 and f"`preflight history --db {missing} import $'{tmp_path / 'b'}/r\\xff'`" in err
+    assert code == 1 and f"`preflight history import $'{tmp_path / 'b'}/r\\xff' --db {missing}`" in err
 
 
 def test_the_import_hint_names_the_store_used_and_never_its_password(tmp_path, capsys, monkeypatch):
     missing = f"sqlite:///{tmp_path / 'no dir' / 's.sqlite'}"
     code, _, err = run(capsys, "merge", str(EXAMPLE), "--out", str(tmp_path / "a"), "--run-id", "m1", "-q",
                        "--no-html", "--db", missing)
-    assert code == 1 and f"`preflight history --db '{missing}' import {tmp_path / 'a' / 'm1'}`" in err
+    assert code == 1 and f"`preflight history import {tmp_path / 'a' / 'm1'} --db '{missing}'`" in err
     secret = f"postgresql://pf:hunter2@/preflight?host={tmp_path}&port=1"
     code, _, err = run(capsys, "merge", str(EXAMPLE), "--out", str(tmp_path / "b"), "--run-id", "m2", "-q",
                        "--no-html", "--db", secret)
