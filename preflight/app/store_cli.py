@@ -30,6 +30,7 @@ from preflight.judge.trends import Policy
 from preflight.report.files import write_atomic
 from preflight.report.fleet_html import render_fleet
 from preflight.store import Store, StoreError, StoreUrl, StoreUrlError, chosen, location
+from preflight.store.db import Recorded
 from preflight.store.read import UnknownNode, Window, fleet, host_histories, node_history, up_to_latest
 from preflight.store.rows import ReportShapeError, rows_of
 from preflight.store.series import fleet_series
@@ -154,7 +155,7 @@ def record_report(url: StoreUrl | None, run_dir: Path, console: Console, command
         return False
 
 
-def renamed(done, url: StoreUrl) -> str:
+def renamed(done: Recorded, url: StoreUrl) -> str:
     return (f"results store {url.shown}: another run is recorded as {done.renamed_from}; this one is "
             f"kept as {done.run_id}")
 
@@ -256,8 +257,6 @@ def open_required(args, create: bool = False) -> Store:
     return open_store(required_url(args), create=create, timeout_s=10.0)
 
 
-_open_for_read = open_required
-
 
 def cmd_history(args, console: Console) -> int:
     target = list(args.target)
@@ -281,7 +280,7 @@ def cmd_history(args, console: Console) -> int:
             raise UsageError(f"--{name}: {getattr(args, name)} is not a positive count")
     since = since_of(args.since)
     policy = Policy(repeat_count=args.repeat, flap_transitions=args.flaps, sigmas=args.sigmas)
-    with _open_for_read(args) as store:
+    with open_required(args) as store:
         try:
             window = up_to_latest(store, since)
             result = fleet(store, window, policy) if args.fleet else node_history(store, target[0], window)
@@ -323,7 +322,7 @@ def _import(args, paths: list[str], console: Console) -> int:
             rows.append(rows_of(json.loads(text), started_fallback=mtime, report_dir=str(path.parent.resolve())))
         except (ReportShapeError, ValueError, OSError) as exc:
             raise UsageError(f"history import: {path}: {str(exc).removeprefix(f'{path}: ')}") from None
-    with _open_for_read(args, create=True) as store:
+    with open_required(args, create=True) as store:
         try:
             done = store.record_all(rows)
         except StoreError as exc:
@@ -341,7 +340,7 @@ def _prune(args, console: Console) -> int:
     if not args.keep or not _SINCE.match(args.keep):
         raise UsageError(f"history prune: --keep AGE (365d, 12w, 48h): got {args.keep!r}")
     before = since_of(args.keep)
-    with _open_for_read(args) as store:
+    with open_required(args) as store:
         try:
             gone = store.prune(before)
         except StoreError as exc:

@@ -37,7 +37,8 @@ class Window:
 def up_to_latest(store: Store, since: float) -> Window:
     """The window from ``since`` to now, or to the latest time the store holds when that is
     later: a run from a writer whose clock is ahead is shown (and acted on by the lifecycle)
-    now, not once the reader's clock has caught up. Both maxima are read from an index's end."""
+    now, not once the reader's clock has caught up. The runs' maximum is read from its index's
+    end; the events (drains, resumes, the lifecycle's steps) are few beside the runs."""
     latest = [v for (v,) in store.rows("SELECT MAX(started) FROM pf_runs UNION ALL SELECT MAX(at) FROM pf_events")
               if v is not None]
     return Window(since, max([time.time(), *latest]))
