@@ -129,3 +129,17 @@ def test_fifos_are_refused_not_waited_on(tmp_path, capsys):
     out = bounded(lambda: run(capsys, "history", "n1", "--db", f"sqlite:///{tmp_path / 'fifo.sqlite'}"), 20)
     code, _, err = out["value"]
     assert code == 2 and f"{tmp_path / 'fifo.sqlite'} is not a regular file" in err
+
+
+def test_an_import_of_two_runs_under_one_id_keeps_both_and_says_so(store_url, tmp_path, capsys):
+    a = report("nightly", 1, {"n1": {}})
+    b = report("nightly", 2, {"n1": {"fail": ["xid"]}})
+    saved(tmp_path / "a", a)
+    saved(tmp_path / "b", b)
+    code, out, err = run(capsys, "history", "import", str(tmp_path / "a"), str(tmp_path / "b"), "--db", store_url)
+    assert code == 0 and "recorded 2 run(s)" in out
+    kept = runs_in(store_url)
+    assert kept[0] == "nightly" and re.fullmatch(r"nightly~[0-9a-f]{12}", kept[1])
+    assert f"another run is recorded as nightly; this one is kept as {kept[1]}" in err
+    code, out, err = run(capsys, "history", "import", str(tmp_path / "b"), "--db", store_url)
+    assert code == 0 and "recorded 0 run(s)" in out and "1 already there" in out and "another run" not in err
