@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
@@ -291,7 +290,7 @@ def run_request(args):
         checks = [c for c in checks if not all(p in PROBES and PROBES[p].active for p in c.probes)]
     profiles = _load_profiles(args)
     kb = load_knowledge()
-    run_id = targets.run_id_of(args, new_run_id())
+    run_id = targets.run_id_of(args, new_run_id(local_host_name()))
     ssh = targets.ssh_of(args)
     nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir,
                        setup_timeout_s=args.timeout)
@@ -341,7 +340,7 @@ def analyze_saved(args):
     report directory and the analysis (shared with the pytest plugin)."""
 
     root = _bundle_root(args.bundle)
-    run_id = "analyze-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_id = "analyze-" + new_run_id(local_host_name())
     out = targets.out_dir_of(args) / run_id
     if _is_soak_dir(root):
         return out, _analyze_soak(root, out, args)
@@ -457,7 +456,7 @@ def cmd_merge(args, console: Console) -> int:
     profiles = _load_profiles(args)
     kb = load_knowledge()
     histories = store_cli.histories_for(store, list(plan.hosts), console) if args.history else None
-    run_id = targets.run_id_of(args, "merge-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
+    run_id = targets.run_id_of(args, "merge-" + new_run_id(local_host_name()))
     run_dir = targets.out_dir_of(args) / run_id
     created = min(b.created for b in sources)
     write_merged(plan, run_dir / "bundle", created,

@@ -29,7 +29,7 @@ from preflight.lifecycle import controller, effects, policy, rma
 from preflight.lifecycle.machine import STATES
 from preflight.store import Store
 from preflight.store import lifecycle as kept
-from preflight.store.read import UnknownNode, Window, node_history
+from preflight.store.read import UnknownNode, node_history, up_to_latest
 from preflight.store.rows import iso
 
 PLAIN = {"markup": False, "highlight": False, "soft_wrap": True}
@@ -75,7 +75,7 @@ def add_parser(sub) -> None:
 
 
 def _store(args, create: bool) -> Store:
-    return Store.open(store_cli.required_url(args), create=create)
+    return store_cli.open_required(args, create=create)
 
 
 def _listing(store: Store, now: float) -> dict:
@@ -206,10 +206,10 @@ def _one_pass(args, store: Store, pol, timings, console: Console, hosts: dict, s
 def _rma(args, console: Console) -> int:
     if not args.node:
         raise UsageError("--rma: name the NODE")
-    window = Window(store_cli.since_of(args.since), time.time())
+    since = store_cli.since_of(args.since)
     with _store(args, create=False) as store:
         try:
-            timeline = node_history(store, args.node, window)
+            timeline = node_history(store, args.node, up_to_latest(store, since))
         except UnknownNode as exc:
             raise UsageError(str(exc)) from None
         state = kept.node_states(store).get(args.node)

@@ -14,6 +14,8 @@ import getpass
 import json
 import os
 import re
+import shlex
+import stat
 import sys
 import time
 from datetime import datetime, timezone
@@ -28,7 +30,8 @@ from preflight.judge.trends import Policy
 from preflight.report.files import write_atomic
 from preflight.report.fleet_html import render_fleet
 from preflight.store import Store, StoreError, StoreUrl, StoreUrlError, chosen, location
-from preflight.store.read import UnknownNode, Window, fleet, host_histories, node_history
+from preflight.store.db import Recorded
+from preflight.store.read import UnknownNode, Window, fleet, host_histories, node_history, up_to_latest
 from preflight.store.rows import ReportShapeError, rows_of
 from preflight.store.series import fleet_series
 
@@ -84,14 +87,51 @@ def command_line(argv: list[str] | None = None) -> str:
     return " ".join(location.mask(w) if "://" in w else w for w in words)
 
 
-def _open_for_write(url: StoreUrl) -> Store:
-    if url.dialect == location.SQLITE and url.target == location.default_url()[len("sqlite:///"):]:
+def open_store(url: StoreUrl, create: bool, timeout_s: float = WRITE_TIMEOUT_S) -> Store:
+    """Open ``url``; with ``create``, the embedded default's directory is made on first use, by
+    every command that writes (run, analyze, history import, lifecycle --once alike)."""
+    if create and url.dialect == location.SQLITE and url.target == location.default_url()[len("sqlite:///"):]:
         os.makedirs(Path(url.target).parent, mode=0o700, exist_ok=True)
-    return Store.open(url, create=True, timeout_s=WRITE_TIMEOUT_S)
+    return Store.open(url, create=create, timeout_s=timeout_s)
+
+
+def _open_for_write(url: StoreUrl) -> Store:
+    return open_store(url, create=True)
 
 
 def warn(console: Console, text: str) -> None:
-    Console(stderr=True, soft_wrap=True).print(f"preflight: warning: {text}", **PLAIN)
+    Console(stderr=True, soft_wrap=True).print(f"preflight: warning: {printable(text)}", **PLAIN)
+
+
+def printable(text: str) -> str:
+    """``text`` with any lone surrogate (a name that was not UTF-8, through surrogateescape)
+    written as its escape: a terminal's encoder refuses them."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def import_hint(url: StoreUrl, run_dir: Path) -> str:
+    """The command that records ``run_dir`` later into the same store. The store is named as it
+    was chosen, but for a password: the hint then says to pass the URL in $PREFLIGHT_DB (a
+    command line is visible to every user of the machine, and the URL shown is masked)."""
+    folder = shell_word(str(run_dir))
+    default = url.dialect == location.SQLITE and url.target == location.default_url()[len("sqlite:///"):]
+    if default and location.ENV not in os.environ:
+        return f"`preflight history import {folder}`"
+    if url.dialect == location.POSTGRES and url.shown != url.target:  # a password, masked in what is shown
+        return (f"`preflight history import {folder}` with ${location.ENV} set to this store's URL, "
+                f"password included ({url.shown})")
+    return f"`preflight history import {folder} --db {shell_word(url.shown)}`"
+
+
+def shell_word(text: str) -> str:
+    """``text`` quoted for a POSIX shell; a name that was not UTF-8 (lone surrogates) in bash's
+    $'...' with its bytes as \\xHH, so that the command printed reaches the very file."""
+    try:
+        text.encode("utf-8")
+        return shlex.quote(text)
+    except UnicodeEncodeError:
+        raw = os.fsencode(text)
+        return "$'" + "".join(chr(b) if 0x20 <= b < 0x7f and b not in b"'\\" else f"\\x{b:02x}" for b in raw) + "'"
 
 
 def record_report(url: StoreUrl | None, run_dir: Path, console: Console, command: str | None = None) -> bool:
@@ -100,17 +140,36 @@ def record_report(url: StoreUrl | None, run_dir: Path, console: Console, command
         return False
     path = run_dir / "report.json"
     try:
-        report = json.loads(path.read_text())
-        rows = rows_of(report, started_fallback=path.stat().st_mtime,
+        text, mtime = read_regular(path)
+        rows = rows_of(json.loads(text), started_fallback=mtime,
                        command=command_line() if command is None else command, report_dir=str(run_dir.resolve()))
         with _open_for_write(url) as store:
-            store.record(rows)
+            (done,) = store.record_all([rows])
+        if done.renamed_from:
+            warn(console, renamed(done, url))
         return True
     except (StoreError, ReportShapeError, OSError, ValueError) as exc:
         why = location.scrub(str(exc), url).removeprefix(f"{url.shown}: ")
         warn(console, f"results store {url.shown}: not recorded: {why}; the reports "
-                      f"are in {run_dir}; record them later with `preflight history import {run_dir}`")
+                      f"are in {run_dir}; record them later with {import_hint(url, run_dir)}")
         return False
+
+
+def renamed(done: Recorded, url: StoreUrl) -> str:
+    return (f"results store {url.shown}: another run is recorded as {done.renamed_from}; this one is "
+            f"kept as {done.run_id}")
+
+
+def read_regular(path: Path) -> tuple[str, float]:
+    """A report's text and modification time, opening nothing but a regular file: a FIFO named
+    report.json would block a plain open() until a writer came, which may be never. O_NONBLOCK
+    makes the open return at once whatever the file is; fstat then says what it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return fh.read().decode("utf-8"), st.st_mtime
 
 
 def actor() -> str:
@@ -193,9 +252,10 @@ def required_url(args) -> StoreUrl:
     return url
 
 
-def _open_for_read(args, create: bool = False) -> Store:
+def open_required(args, create: bool = False) -> Store:
     # A store that cannot be opened is a StoreError: bad input to these commands (app.errors).
-    return Store.open(required_url(args), create=create)
+    return open_store(required_url(args), create=create, timeout_s=10.0)
+
 
 
 def cmd_history(args, console: Console) -> int:
@@ -218,10 +278,11 @@ def cmd_history(args, console: Console) -> int:
     for name in ("repeat", "flaps"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name}: {getattr(args, name)} is not a positive count")
-    window = Window(since_of(args.since), time.time())
+    since = since_of(args.since)
     policy = Policy(repeat_count=args.repeat, flap_transitions=args.flaps, sigmas=args.sigmas)
-    with _open_for_read(args) as store:
+    with open_required(args) as store:
         try:
+            window = up_to_latest(store, since)
             result = fleet(store, window, policy) if args.fleet else node_history(store, target[0], window)
         except UnknownNode as exc:
             raise UsageError(str(exc)) from None
@@ -239,12 +300,10 @@ def cmd_history(args, console: Console) -> int:
 def _reports_under(paths: list[Path]) -> list[Path]:
     found = []
     for p in paths:
-        if p.is_file():
-            found.append(p)
-        elif (p / "report.json").is_file():
-            found.append(p / "report.json")
-        elif p.is_dir():
-            found += sorted(p.glob("*/report.json"))
+        if p.is_dir():
+            found += [p / "report.json"] if os.path.lexists(p / "report.json") else sorted(p.glob("*/report.json"))
+        elif os.path.lexists(p):
+            found.append(p)  # a report.json, or something that is not a file: read_regular names it
         else:
             raise UsageError(f"history import: {p}: no such file or directory")
     return found
@@ -254,23 +313,26 @@ def _import(args, paths: list[str], console: Console) -> int:
     if not paths:
         raise UsageError("history import: name the run directories, report.json files or reports/ folders")
     reports = _reports_under([Path(p) for p in paths])
-    # Read and check every report before the first write: a bad one refuses the import whole.
+    # Read and check every report before the first write, then write them in one transaction:
+    # a bad one, or a store that fails part-way, records none.
     rows = []
     for path in reports:
         try:
-            rows.append(rows_of(json.loads(path.read_text()), started_fallback=path.stat().st_mtime,
-                                report_dir=str(path.parent.resolve())))
+            text, mtime = read_regular(path)
+            rows.append(rows_of(json.loads(text), started_fallback=mtime, report_dir=str(path.parent.resolve())))
         except (ReportShapeError, ValueError, OSError) as exc:
-            raise UsageError(f"history import: {path}: {exc}") from None
-    added = 0
-    with _open_for_read(args, create=True) as store:
-        for r in rows:
-            try:
-                added += store.record(r)
-            except StoreError as exc:
-                raise UsageError(f"history import: {r.run.run_id}: {exc} ({added} run(s) recorded before)") from None
-        shown = store.url.shown
-    console.print(f"recorded {added} run(s) in {shown}; {len(rows) - added} already there", **PLAIN)
+            raise UsageError(f"history import: {path}: {str(exc).removeprefix(f'{path}: ')}") from None
+    with open_required(args, create=True) as store:
+        try:
+            done = store.record_all(rows)
+        except StoreError as exc:
+            raise UsageError(f"history import: {exc} (nothing recorded)") from None
+        url = store.url
+    for d in done:
+        if d.renamed_from:
+            warn(console, renamed(d, url))
+    added = sum(d.added for d in done)
+    console.print(f"recorded {added} run(s) in {url.shown}; {len(rows) - added} already there", **PLAIN)
     return EXIT_OK
 
 
@@ -278,7 +340,7 @@ def _prune(args, console: Console) -> int:
     if not args.keep or not _SINCE.match(args.keep):
         raise UsageError(f"history prune: --keep AGE (365d, 12w, 48h): got {args.keep!r}")
     before = since_of(args.keep)
-    with _open_for_read(args) as store:
+    with open_required(args) as store:
         try:
             gone = store.prune(before)
         except StoreError as exc:
