@@ -78,10 +78,12 @@ def histories_for(url: StoreUrl | None, nodes: list[str], console: Console, excl
 
 
 def command_line(argv: list[str] | None = None) -> str:
-    """The command as typed, with any store URL's password masked."""
+    """The command as typed, with every password masked: a URL's anywhere in a word, so that
+    ``--db URL``, ``--db=URL``, an abbreviation argparse accepts (``--d=URL``) and an option
+    passed through (``--retest-arg=--db=URL``) are masked alike, and any ``password=VALUE``."""
     words = list(sys.argv if argv is None else argv)
     words[0] = os.path.basename(words[0]) if words else "preflight"
-    return " ".join(location.mask(w) if "://" in w else w for w in words)
+    return " ".join(location.mask_in(w) for w in words)
 
 
 def _open_for_write(url: StoreUrl) -> Store:
