@@ -161,6 +161,10 @@ def since_of(text: str, now: float | None = None, option: str = "--since") -> fl
     if not t >= 0:
         raise UsageError(f"{option}: {text!r} reaches back before 1970-01-01, where the store's time begins "
                          f"(at most {int(now // 86400)}d back)")
+    try:
+        datetime.fromtimestamp(t, timezone.utc)  # what every answer prints it as
+    except (OverflowError, OSError, ValueError):
+        raise UsageError(f"{option}: {text!r} is past the last date a time can be written as (9999-12-31)") from None
     return t
 
 

@@ -29,6 +29,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     (["history", "--fleet", "--since", "99999999999999999999999w"], "--since: '99999999999999999999999w' reaches"),
     (["history", "--fleet", "--since", "1969-12-31"], "--since: '1969-12-31' reaches back before 1970-01-01"),
     (["lifecycle", "gpu1", "--rma", "--since", "999999d"], "--since: '999999d' reaches back"),
+    (["history", "--fleet", "--since", "9999-12-31T23:59:59-12:00"], "past the last date a time can be written"),
     (["history", "prune", "--keep", "999999d"], "--keep: '999999d' reaches back before 1970-01-01"),
     (["history", "--fleet", "--sigmas", "nan"], "argument --sigmas: must be a finite number"),
     (["history", "--fleet", "--sigmas", "-1"], "argument --sigmas: must be positive"),
