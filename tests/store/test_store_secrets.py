@@ -52,6 +52,7 @@ def test_the_stored_command_line_keeps_no_password_in_any_form(store_url, form, 
     ("postgresql://pf@db01/pf?password=s3cret&sslmode=require", "postgresql://pf@db01/pf?password=***&sslmode=require"),
     ("--retest-arg=--db=postgresql://pf:s3cret@db01/pf", "--retest-arg=--db=postgresql://pf:***@db01/pf"),
     ("host=db01 password=s3cret dbname=pf", "host=db01 password=*** dbname=pf"),
+    ("--endpoint=http://pf:tok3n@vllm01:8000/v1", "--endpoint=http://pf:***@vllm01:8000/v1"),  # soak's
     ("sqlite:///srv/u:x@y/h.sqlite", "sqlite:///srv/u:x@y/h.sqlite"),
     ("--out=/srv/reports", "--out=/srv/reports"),
 ])
