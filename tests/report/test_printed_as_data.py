@@ -5,13 +5,16 @@ nvidia-smi prints it, 00000000:AB:00.0, once printed as 00000000🆎00.0."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from rich.console import Console
 
+from preflight.app import cli
 from preflight.model import Analysis, Diagnosis, Evidence, Finding, HostVerdict, Status
 from preflight.printable import printable, printable_lines
 from preflight.report import markdown, terminal
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "h200-fleet"
 HOST = "gpu01\x1b]0;owned\x07\r\n# heading"
 SUMMARY = "GPU 00000000:AB:00.0 fell off the bus [bold]really[/bold] :thumbs_up:\x00\x9b"
 
@@ -55,3 +58,11 @@ def test_report_md_keeps_every_stored_text_on_its_line():
     assert "| gpu01\\x1b\\]0;owned\\x07\\r\\n# heading | FAIL |" in text
     assert "- **Hosts:** gpu01\\x1b\\]0;owned" in text
     assert "\\x1b[2Jcleared\tnext" in text  # the excerpt keeps its lines and tabs, not its escapes
+
+
+def test_a_bracketed_note_of_the_shipped_example_is_not_swallowed_as_markup(tmp_path, capsys):
+    """The example's gpu006 finding ends "... [driver: DOCA-OFED 25.07-0.9.7, read from modinfo]":
+    rich read the bracket as a style tag and the terminal summary printed nothing of it."""
+    code = cli.main(["analyze", str(EXAMPLE), "--out", str(tmp_path), "--no-html", "--no-db"])
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert code == 1 and "(DOCA-OFED 25.07-0.9.7) [driver: DOCA-OFED 25.07-0.9.7, read from modinfo];" in out
