@@ -23,7 +23,7 @@ PACKAGE = ROOT / "preflight"
 # Lowest first; a module may import its own layer and the ones before it.
 LAYERS: list[tuple[str, ...]] = [
     ("node",),
-    ("model", "contracts", "shipped"),
+    ("model", "contracts", "shipped", "printable"),
     ("parse",),
     ("knowledge",),
     ("collect",),

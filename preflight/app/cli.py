@@ -543,9 +543,11 @@ def cmd_diff(args, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console()
+    # No emoji codes: text from nodes and the store holds colons (a PCI bus id 00000000:AB:00.0
+    # is no :ab: emoji), and every line printed is data or about data (preflight.printable).
+    console = Console(emoji=False)
     # Error messages name files and options: never folded inside a path, whatever the width.
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, emoji=False)
 
     handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": listing_cli.cmd_checks,
                 "facts": listing_cli.cmd_facts, "soak": soak_cli.cmd_soak, "explain": listing_cli.cmd_explain,

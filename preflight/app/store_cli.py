@@ -27,6 +27,7 @@ from preflight.app import history_view
 from preflight.app.errors import UsageError
 from preflight.contracts import EXIT_OK
 from preflight.judge.trends import Policy
+from preflight.knowledge.datafile import positive
 from preflight.report.files import write_atomic
 from preflight.report.fleet_html import render_fleet
 from preflight.store import Store, StoreError, StoreUrl, StoreUrlError, chosen, location
@@ -35,7 +36,7 @@ from preflight.store.read import UnknownNode, Window, fleet, host_histories, nod
 from preflight.store.rows import ReportShapeError, rows_of
 from preflight.store.series import fleet_series
 
-PLAIN = {"markup": False, "highlight": False, "soft_wrap": True}
+PLAIN = {"markup": False, "highlight": False, "soft_wrap": True, "emoji": False}
 WRITE_TIMEOUT_S = 10.0  # a store slower than this is skipped with a warning: the verdict is already on disk
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -81,10 +82,12 @@ def histories_for(url: StoreUrl | None, nodes: list[str], console: Console, excl
 
 
 def command_line(argv: list[str] | None = None) -> str:
-    """The command as typed, with any store URL's password masked."""
+    """The command as typed, with every password masked: a URL's anywhere in a word, so that
+    ``--db URL``, ``--db=URL``, an abbreviation argparse accepts (``--d=URL``) and an option
+    passed through (``--retest-arg=--db=URL``) are masked alike, and any ``password=VALUE``."""
     words = list(sys.argv if argv is None else argv)
     words[0] = os.path.basename(words[0]) if words else "preflight"
-    return " ".join(location.mask(w) if "://" in w else w for w in words)
+    return " ".join(location.mask_in(w) for w in words)
 
 
 def open_store(url: StoreUrl, create: bool, timeout_s: float = WRITE_TIMEOUT_S) -> Store:
@@ -199,17 +202,29 @@ def record_events(url: StoreUrl | None, events: list[dict], console: Console) ->
 
 # ---- preflight history -----------------------------------------------------------------------
 
-def since_of(text: str, now: float | None = None) -> float:
-    """``30d``, ``12h``, ``2w``, ``90m`` back from now, or a date / ISO time (UTC when naive)."""
+def since_of(text: str, now: float | None = None, option: str = "--since") -> float:
+    """``30d``, ``12h``, ``2w``, ``90m`` back from now, or a date / ISO time (UTC when naive).
+    The store counts time in seconds since 1970-01-01 UTC: a moment before it (``999999d``, a
+    typo's worth of digits) is bad input naming ``option``, refused before anything is read or
+    deleted."""
     now = time.time() if now is None else now
     if m := _SINCE.match(text):
-        return now - float(m.group(1)) * _UNIT_S[m.group(2)]
+        t = now - float(m.group(1)) * _UNIT_S[m.group(2)]
+    else:
+        try:
+            moment = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise UsageError(f"{option}: {text!r} is neither a duration (30d, 12h, 2w, 90m) nor a date "
+                             "(2026-11-01 or 2026-11-01T06:00)") from None
+        t = (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+    if not t >= 0:
+        raise UsageError(f"{option}: {text!r} reaches back before 1970-01-01, where the store's time begins "
+                         f"(at most {int(now // 86400)}d back)")
     try:
-        t = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise UsageError(f"--since: {text!r} is neither a duration (30d, 12h, 2w, 90m) nor a date "
-                         "(2026-11-01 or 2026-11-01T06:00)") from None
-    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+        datetime.fromtimestamp(t, timezone.utc)  # what every answer prints it as
+    except (OverflowError, OSError, ValueError):
+        raise UsageError(f"{option}: {text!r} is past the last date a time can be written as (9999-12-31)") from None
+    return t
 
 
 def add_parser(sub) -> None:
@@ -234,7 +249,7 @@ def add_parser(sub) -> None:
                    help=f"incidents of one cause that make a repeat offender (default {Policy.repeat_count})")
     h.add_argument("--flaps", type=int, default=Policy.flap_transitions, metavar="N",
                    help=f"fail/pass changes of one check that make it flapping (default {Policy.flap_transitions})")
-    h.add_argument("--sigmas", type=float, default=Policy.sigmas, metavar="Z",
+    h.add_argument("--sigmas", type=positive(float, 1000.0), default=Policy.sigmas, metavar="Z",
                    help="fleet run-to-run spreads a figure must move to count as degrading "
                         f"(default {Policy.sigmas:g})")
     h.add_argument("--db", metavar="URL", help=f"the store (default ${location.ENV}, else the embedded SQLite file)")
@@ -298,10 +313,19 @@ def cmd_history(args, console: Console) -> int:
 
 
 def _reports_under(paths: list[Path]) -> list[Path]:
+    """The report.json of each path; a folder holding none is bad input (a mistyped folder
+    would otherwise import nothing and say so only as "recorded 0 run(s)")."""
     found = []
     for p in paths:
         if p.is_dir():
-            found += [p / "report.json"] if os.path.lexists(p / "report.json") else sorted(p.glob("*/report.json"))
+            if os.path.lexists(p / "report.json"):
+                found.append(p / "report.json")  # or something that is not a file: read_regular names it
+                continue
+            inside = sorted(p.glob("*/report.json"))
+            if not inside:
+                raise UsageError(f"history import: {p}: no report.json in it nor in its run directories "
+                                 f"({p}/report.json or {p}/*/report.json)")
+            found += inside
         elif os.path.lexists(p):
             found.append(p)  # a report.json, or something that is not a file: read_regular names it
         else:
@@ -339,14 +363,15 @@ def _import(args, paths: list[str], console: Console) -> int:
 def _prune(args, console: Console) -> int:
     if not args.keep or not _SINCE.match(args.keep):
         raise UsageError(f"history prune: --keep AGE (365d, 12w, 48h): got {args.keep!r}")
-    before = since_of(args.keep)
+    before = since_of(args.keep, option="--keep")
+    # Everything the message needs is known before the first row goes.
+    when = datetime.fromtimestamp(before, timezone.utc).strftime("%Y-%m-%d %H:%M")
     with open_required(args) as store:
         try:
             gone = store.prune(before)
         except StoreError as exc:
             raise UsageError(str(exc)) from None
         shown = store.url.shown
-    when = datetime.fromtimestamp(before, timezone.utc).strftime("%Y-%m-%d %H:%M")
     console.print(f"{shown}: forgot {gone} run(s) started before {when} UTC", **PLAIN)
     return EXIT_OK
 
