@@ -99,7 +99,7 @@ def paired_rails(mine: Sequence[Rail], theirs: Sequence[Rail]) -> list[tuple[int
     """Rail i against the partner's rail i (both lists in the nodes' own order, mlx5_0 first);
     rails beyond the shorter list have no counterpart and are left out (``rail_counts`` names
     the nodes whose count differs)."""
-    return [(i, a, b) for i, (a, b) in enumerate(zip(mine, theirs))]
+    return [(i, a, b) for i, (a, b) in enumerate(zip(mine, theirs, strict=False))]
 
 
 def rail_counts(rails: Mapping[str, Sequence[Rail]]) -> tuple[int | None, dict[str, int]]:
