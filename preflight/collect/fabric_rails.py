@@ -1,0 +1,160 @@
+"""The rail stage, run: every rail of every node against the same rail of a partner, through
+``Node`` (SSH, Slurm steps, this machine alike).
+
+For each round of the plan (``preflight.fabric.pairing``) every pair runs at once, and within a
+pair every rail at once (rail i of the client against rail i of the server, each on its own TCP
+port). One test is a server started on the partner and, a moment later, a client on the node:
+
+- ``ib_write_bw``: ``ib_write_bw -d HCA -i PORT -p TCP --report_gbits -F -D S [-x GID]
+  [--use_cuda=I]`` on both sides, the client with the server's name; then one
+  ``ib_write_lat`` the same way (latency, reported);
+- ``iperf3``: ``iperf3 -s -1 -J -p TCP`` on the partner, ``iperf3 -c ADDRESS -p TCP -t S -J
+  [-b RATE]`` on the node, ADDRESS the partner's address on that rail (its interface).
+
+Both sides run under ``timeout`` on the node (the transport's own bound), so a partner that
+never answers costs one timeout, not a hang; a client that found no listener yet (the server's
+start raced it) is tried again for a few seconds. Repetitions run in step across the round
+(``before_rep`` is called before each, e.g. to change a link's shaping in a test).
+
+Every pair's runs are saved as one record per round under the client node
+(``preflight.fabric.record``); nothing measured before a failure is lost, and a partner that
+did not answer is in the record as such (a finding, not a crash).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from preflight.collect.node import CommandResult, Node, now_iso
+from preflight.fabric.pairing import Rail, RailPlan, RailRound, paired_rails
+from preflight.fabric.record import PairRecord, RunRecord, Side, dump, probe_id
+from preflight.model import ProbeResult
+
+_RETRY_FOR_S = 5.0  # how long a client whose server is not listening yet tries again
+_SERVER_HEAD_START_S = 0.5
+_STDERR_CAP = 4000
+
+
+@dataclass(frozen=True)
+class RailOptions:
+    tool: str = "ib_write_bw"  # or "iperf3"
+    reps: int = 3
+    seconds: float = 5.0  # per test (perftest -D, iperf3 -t)
+    use_cuda: bool = False  # perftest --use_cuda=<rail index>: GPU i with NIC i (HGX layout)
+    gid_index: int | None = None  # perftest -x, RoCE
+    base_port: int = 18515  # perftest's default; rail i of pair p uses base + p * rails + i
+    bitrate: str | None = None  # iperf3 -b: cap each stream (a shared CPU test bed)
+    latency: bool = True  # ib_write_lat once per rail and round
+
+    @property
+    def limit_s(self) -> float:
+        """Each side's bound: the test, its set-up and teardown, the retries."""
+        return self.seconds + 20.0 + _RETRY_FOR_S
+
+
+def server_argv(o: RailOptions, rail: Rail, port: int, rail_index: int, test: str = "bw") -> list[str]:
+    if o.tool == "iperf3":
+        return ["iperf3", "-s", "-1", "-J", "-p", str(port)]
+    return _perftest(o, rail, port, test, rail_index)
+
+
+def client_argv(o: RailOptions, rail: Rail, port: int, server: str, rail_index: int, test: str = "bw") -> list[str]:
+    if o.tool == "iperf3":
+        return ["iperf3", "-c", server, "-p", str(port), "-t", f"{o.seconds:g}", "-J",
+                *(["-b", o.bitrate] if o.bitrate else [])]
+    return _perftest(o, rail, port, test, rail_index) + [server]
+
+
+def _perftest(o: RailOptions, rail: Rail, port: int, test: str, rail_index: int | None = None) -> list[str]:
+    argv = ["ib_write_bw" if test == "bw" else "ib_write_lat", "-d", rail.device, "-i", str(rail.port or 1),
+            "-p", str(port), "-F"]
+    argv += ["--report_gbits", "-D", f"{max(1, round(o.seconds))}"] if test == "bw" else ["-n", "1000"]
+    if o.gid_index is not None:
+        argv += ["-x", str(o.gid_index)]
+    if o.use_cuda and test == "bw":
+        # Server and client alike use GPU <rail index> (the rail's own index on each node).
+        argv.append(f"--use_cuda={rail_index if rail_index is not None else 0}")
+    return argv
+
+
+def _side(r: CommandResult) -> Side:
+    return Side(r.argv, r.exit_code, r.duration_s, r.timed_out, r.error,
+                (r.stdout or b"").decode("utf-8", "replace"), r.stderr[-_STDERR_CAP:])
+
+
+def _not_listening(r: CommandResult, tool: str) -> bool:
+    text = (r.stdout or b"").decode("utf-8", "replace") + r.stderr
+    if tool == "iperf3":
+        return "Connection refused" in text
+    return "Couldn't connect" in text or "Connection refused" in text
+
+
+def run_one(client: Node, server: Node, options: RailOptions, pair: tuple[Rail, Rail], port: int,
+            address: str, index: int, test: str = "bw") -> tuple[Side, Side]:
+    """One test: the server on ``server``, the client on ``client`` a moment later; never raises."""
+    mine, theirs = pair
+    limit = options.limit_s
+    box: dict[str, CommandResult] = {}
+    serving = threading.Thread(target=lambda: box.__setitem__(
+        "s", server.run(server_argv(options, theirs, port, index, test), timeout=limit)), daemon=True)
+    serving.start()
+    time.sleep(_SERVER_HEAD_START_S)
+    argv = client_argv(options, mine, port, address, index, test)
+    deadline = time.monotonic() + _RETRY_FOR_S
+    while True:
+        r = client.run(argv, timeout=limit)
+        if not (_not_listening(r, options.tool) and serving.is_alive() and time.monotonic() < deadline):
+            break
+        time.sleep(0.3)
+    serving.join(limit + 60.0)
+    s = box.get("s") or CommandResult(tuple(server_argv(options, theirs, port, index, test)), None, "", None,
+                                      now_iso(), 0.0, True, "the server side did not return")
+    return _side(r), _side(s)
+
+
+def run_rounds(nodes: Mapping[str, Node], rails: Mapping[str, Sequence[Rail]], plan: RailPlan,
+               options: RailOptions, on_result: Callable[[ProbeResult], None],
+               before_rep: Callable[[int, int], None] | None = None, parallel: int = 256) -> None:
+    """Every round of ``plan``: its pairs (and their rails) at once, ``options.reps`` times in
+    step; each pair's record saved through ``on_result`` when its round ends."""
+    for rnd in plan.rounds:
+        _run_round(nodes, rails, rnd, options, on_result, before_rep, parallel)
+
+
+def _run_round(nodes: Mapping[str, Node], rails: Mapping[str, Sequence[Rail]], rnd: RailRound,
+               options: RailOptions, on_result: Callable[[ProbeResult], None],
+               before_rep: Callable[[int, int], None] | None, parallel: int) -> None:
+    runs: dict[tuple[str, str], list[RunRecord]] = {pair: [] for pair in rnd.pairs}
+    tasks = []
+    width = max((len(rails[a]) for pair in rnd.pairs for a in pair), default=1)
+    for p, (a, b) in enumerate(rnd.pairs):
+        for index, mine, theirs in paired_rails(rails[a], rails[b]):
+            address = theirs.address if options.tool == "iperf3" else b
+            tasks.append(((a, b), index, (mine, theirs), options.base_port + p * width + index, address or b))
+    started, t0 = now_iso(), time.monotonic()
+    lock = threading.Lock()
+
+    def one(task, rep: int, test: str = "bw") -> None:
+        (a, b), index, pair, port, address = task
+        client, server = run_one(nodes[a], nodes[b], options, pair, port, address, index, test)
+        with lock:
+            runs[(a, b)].append(RunRecord(index, rep, test, client, server))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(tasks)))) as pool:
+        for rep in range(1, options.reps + 1):
+            if before_rep:
+                before_rep(rnd.number, rep)
+            list(pool.map(lambda t, rep=rep: one(t, rep), tasks))
+        if options.latency and options.tool != "iperf3":
+            list(pool.map(lambda t: one(t, 0, "lat"), tasks))
+    seconds = round(time.monotonic() - t0, 3)
+    for (a, b), done in runs.items():
+        done.sort(key=lambda r: (r.test != "bw", r.rail, r.rep))
+        record = PairRecord(rnd.number, options.tool, a, b, options.reps, tuple(rails[a]), tuple(rails[b]),
+                            tuple(done))
+        on_result(ProbeResult(probe_id(rnd.number), a, ("preflight-fabric-rails", options.tool, a, b), dump(record),
+                              "", 0, started, seconds, False, None))

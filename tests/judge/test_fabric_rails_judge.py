@@ -1,0 +1,68 @@
+"""The rail stage's attribution, on planned rounds with measured-looking figures per rule."""
+
+from __future__ import annotations
+
+from preflight.fabric.pairing import Rail, plan_rail_rounds
+from preflight.fabric.record import RailRun
+from preflight.judge.fabric_rails import FLAKY, PATH, SLOW, UNREACHABLE, judge_rails
+
+NODES = [f"n{i}" for i in range(6)]
+NDR = Rail("mlx5_0", 1, None, 400.0, "InfiniBand")
+
+
+def sweep(figure, nodes=NODES, reps=3, rail=NDR):
+    """Every rep of every pair of the planned rounds; ``figure(a, b, rep)`` -> Gb/s or None
+    (None: the partner never answered)."""
+    out = []
+    for rnd in plan_rail_rounds(nodes).rounds:
+        for a, b in rnd.pairs:
+            for rep in range(1, reps + 1):
+                g = figure(a, b, rep)
+                out.append(RailRun(a, b, 0, rail, rail, rep, g, None if g is not None else "refused", g is None))
+    return out
+
+
+def blamed(j):
+    return {(b.node, b.cause, b.severity) for b in j.blames}
+
+
+def test_healthy_fleet_is_never_blamed():
+    j = judge_rails(sweep(lambda a, b, rep: 392.0 + (hash((a, b, rep)) % 5) / 10))
+    assert j.blames == () and all(p.state == "ok" for p in j.pairs)
+    assert j.cell("n0", 0)[0] == "ok"
+
+
+def test_a_node_slow_with_every_partner_is_the_culprit_and_only_it():
+    j = judge_rails(sweep(lambda a, b, rep: 190.0 if "n2" in (a, b) else 392.0))
+    assert blamed(j) == {("n2", SLOW, "fail")}
+    assert len(j.blames[0].partners) == 3 and j.cell("n2", 0) == ("slow", 190.0)
+
+
+def test_a_pair_slow_only_together_is_the_path():
+    j = judge_rails(sweep(lambda a, b, rep: 100.0 if {a, b} == {"n0", "n5"} else 392.0))
+    assert blamed(j) == {("n0", PATH, "warn"), ("n5", PATH, "warn")}
+
+
+def test_slow_in_some_repetitions_is_flaky():
+    j = judge_rails(sweep(lambda a, b, rep: 150.0 if "n4" in (a, b) and rep == 2 else 392.0))
+    assert blamed(j) == {("n4", FLAKY, "fail")}
+
+
+def test_a_partner_that_never_answers_is_a_finding():
+    j = judge_rails(sweep(lambda a, b, rep: None if "n1" in (a, b) else 392.0))
+    assert blamed(j) == {("n1", UNREACHABLE, "fail")}
+
+
+def test_line_rate_catches_a_fleet_slow_as_a_whole_which_the_median_cannot():
+    half = sweep(lambda a, b, rep: 200.0)
+    j = judge_rails(half)
+    assert {b.node for b in j.blames} == set(NODES) and "fabric-wide" in j.blames[0].detail
+    veth = Rail("eth0")
+    assert judge_rails(sweep(lambda a, b, rep: 2.0, rail=veth)).blames == ()
+    assert "line rate unknown" in judge_rails(sweep(lambda a, b, rep: 2.0, rail=veth)).references[0]
+
+
+def test_two_nodes_cannot_tell_node_from_path():
+    j = judge_rails(sweep(lambda a, b, rep: 100.0, nodes=["a", "b"], rail=NDR))
+    assert {(b.node, b.severity) for b in j.blames} == {("a", "warn"), ("b", "warn")}
+    assert "one partner" in j.blames[0].detail
