@@ -24,6 +24,7 @@ from preflight.collect.probes import PROBES, Probe
 from preflight.collect.shards import auto_workers, run_sharded
 from preflight.collect.slurm_fleet import prepare, run_slurm
 from preflight.collect.slurm_job import SlurmOptions
+from preflight.collect.stage import Stage, StageContext
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import KnowledgeBase
 from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability
@@ -66,6 +67,9 @@ class RunRequest:
     slurm: SlurmOptions | None = None  # --slurm: the hosts are Slurm nodes, probed by srun tasks
     # --history: the nodes' past from the results store, for the checks that read it
     histories: Mapping[str, HostHistory] | None = None
+    # Stages that run across the hosts after their own probes, in order (`preflight fabric`'s
+    # rail stage; the collective's bisection after it). Each gets the reached hosts' evidence.
+    stages: tuple[Stage, ...] = ()
 
 
 def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = None,
@@ -118,6 +122,12 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
                 run_multinode_slurm(req.hosts, reached, writer.add, req.slurm, req.multinode, req.run_id, FLEET_HOST)
             else:
                 run_multinode(req.hosts, reached, writer.add, req.plan.ssh, req.multinode, req.run_id, FLEET_HOST)
+        if req.stages and not local:
+            bundle = writer.bundle()
+            reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
+            context = StageContext(req.hosts, reached, writer.add, req.plan.ssh, req.slurm, req.run_id)
+            for stage in req.stages:
+                stage(context)
         bundle = writer.bundle()
         judged = early.judged(bundle)
     finally:

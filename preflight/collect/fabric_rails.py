@@ -30,9 +30,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from preflight.collect.node import CommandResult, Node, now_iso
-from preflight.fabric.pairing import Rail, RailPlan, RailRound, paired_rails
+from preflight.collect.slurm import SlurmNode
+from preflight.collect.slurm_job import allocate, release
+from preflight.collect.ssh import SshNode
+from preflight.collect.stage import Stage, StageContext
+from preflight.fabric.pairing import Rail, RailPlan, RailRound, paired_rails, plan_rail_rounds
+from preflight.fabric.rails import IBV_PROBE, IP_ADDR_PROBE, rails_from_ibv_devinfo, rails_from_ip_addr
 from preflight.fabric.record import PairRecord, RunRecord, Side, dump, probe_id
 from preflight.model import ProbeResult
+from preflight.parse import ParseError
 
 _RETRY_FOR_S = 5.0  # how long a client whose server is not listening yet tries again
 _SERVER_HEAD_START_S = 0.5
@@ -158,3 +164,54 @@ def _run_round(nodes: Mapping[str, Node], rails: Mapping[str, Sequence[Rail]], r
                             tuple(done))
         on_result(ProbeResult(probe_id(rnd.number), a, ("preflight-fabric-rails", options.tool, a, b), dump(record),
                               "", 0, started, seconds, False, None))
+
+
+def node_rails(evidence: Mapping[str, Mapping[str, ProbeResult]], tool: str) -> dict[str, list[Rail]]:
+    """Each reached node's rails from its own listing (see ``preflight.fabric.rails``); a node
+    whose listing is missing or unreadable has none."""
+    probe, read = (IP_ADDR_PROBE, rails_from_ip_addr) if tool == "iperf3" else (IBV_PROBE, rails_from_ibv_devinfo)
+    out: dict[str, list[Rail]] = {}
+    for name, results in evidence.items():
+        r = results.get(probe)
+        try:
+            out[name] = read(r.text) if r is not None and r.ok else []
+        except ParseError:
+            out[name] = []
+    return out
+
+
+def rail_stage(options: RailOptions, before_rep: Callable[[int, int], None] | None = None) -> Stage:
+    """The rail stage as a run's stage: plan rounds over the reached nodes that list a rail,
+    run them over SSH (or as srun steps of one allocation under ``--slurm``), save each pair's
+    record. Nodes without a rail are left to the check, which names them."""
+
+    def stage(ctx: StageContext) -> None:
+        rails = node_rails(ctx.evidence, options.tool)
+        members = [h for h in ctx.hosts if rails.get(h.name)]
+        plan = plan_rail_rounds([h.name for h in members])
+        if not plan.rounds:
+            return
+        if ctx.slurm is None:
+            nodes: dict[str, Node] = {h.name: SshNode(h, ctx.ssh) for h in members}
+            try:
+                run_rounds(nodes, rails, plan, options, ctx.on_result, before_rep)
+            finally:
+                for node in nodes.values():
+                    node.close()
+            return
+        names = [h.name for h in members]
+        steps = options.reps + (1 if options.latency and options.tool != "iperf3" else 0)
+        budget = len(plan.rounds) * steps * (options.limit_s + 60.0)
+        alloc = allocate(names, ctx.slurm, f"preflight-{ctx.run_id}-fabric", budget)
+        if alloc.job is None:
+            raise FabricStageError(f"slurm: {alloc.why_not}")
+        try:
+            run_rounds({n: SlurmNode(n, alloc.job) for n in names}, rails, plan, options, ctx.on_result, before_rep)
+        finally:
+            release(alloc.job)
+
+    return stage
+
+
+class FabricStageError(RuntimeError):
+    """The stage could not start at all (its allocation refused)."""
