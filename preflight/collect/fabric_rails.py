@@ -55,11 +55,12 @@ class RailOptions:
     base_port: int = 18515  # perftest's default; rail i of pair p uses base + p * rails + i
     bitrate: str | None = None  # iperf3 -b: cap each stream (a shared CPU test bed)
     latency: bool = True  # ib_write_lat once per rail and round
+    slack_s: float = 20.0  # beyond the test's own seconds: connection, set-up, teardown
 
     @property
     def limit_s(self) -> float:
         """Each side's bound: the test, its set-up and teardown, the retries."""
-        return self.seconds + 20.0 + _RETRY_FOR_S
+        return self.seconds + self.slack_s + _RETRY_FOR_S
 
 
 def server_argv(o: RailOptions, rail: Rail, port: int, rail_index: int, test: str = "bw") -> list[str]:

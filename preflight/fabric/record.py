@@ -139,7 +139,7 @@ def _read_bw(tool: str, run: RunRecord) -> tuple[float | None, str | None, bool]
     if s.error:
         return None, f"partner side did not start: {s.error}", True
     if c.error:
-        return None, f"client side did not start: {c.error}", False
+        return None, f"client side did not start: {c.error}", True
     try:
         if tool == "iperf3":
             rep = parse_iperf3(c.stdout)
