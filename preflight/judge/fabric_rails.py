@@ -13,7 +13,8 @@ Per rail index (rail i of every node: mlx5_0 everywhere, say):
 3. A node whose rail is not ``ok`` with every partner it met (two at least), while one of those
    partners is ``ok`` with somebody else, is the **culprit**: ``fabric-rail-slow``, or
    ``fabric-rail-flaky`` when any of its bad pairs was only sometimes bad, or
-   ``fabric-rail-unreachable`` when none of them ran. A pair not ``ok`` whose nodes are both
+   ``fabric-rail-unreachable`` when none of them ran (also when it stopped answering part-way:
+   two or more partners that work elsewhere could not reach it). A pair not ``ok`` whose nodes are both
    cleared elsewhere points at the **path** between them (cable, switch port):
    ``fabric-path-slow``. A bad pair beside a culprit says nothing more about the other node.
    With one partner only (two nodes) a bad pair cannot be told from a bad node: both WARN.
@@ -171,6 +172,14 @@ def _attribute(pairs: Sequence[PairRail]) -> list[Blame]:
     for n in nodes:
         mine = [p for p in pairs if p.involves(n)]
         bad = [p for p in mine if p.state != "ok"]
+        gone = [p for p in bad if p.state == "unreachable" and ok_with[p.other(n)]]
+        if len(gone) >= 2 and len(bad) < len(mine):
+            # It answered earlier and then stopped (two partners that work elsewhere could not
+            # reach it): unreachable, even though its first pairs measured.
+            culprits.add(n)
+            blames.append(Blame(n, gone[0].rail, gone[0].rail_of(n), UNREACHABLE, tuple(p.other(n) for p in gone),
+                                "fail", "with two or more partners after answering earlier"))
+            continue
         if not bad or len(bad) < len(mine):
             continue
         trusted = any(ok_with[p.other(n)] for p in bad)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from netfaults import slow_host, slow_path
+from netfaults import link_down, slow_host, slow_path
 from simcluster import SimCluster, SimHost
 
 from preflight.app.cli import build_parser, main
@@ -72,7 +72,7 @@ def test_a_slow_host_is_the_culprit_with_every_partner(cluster, tmp_path):
 
 
 def test_a_slow_path_is_the_path_not_either_node(cluster, tmp_path):
-    # n2 and n5 meet in round 2 of five nodes' plan.
+    # n2 and n5 meet in round 1 of five nodes' plan.
     with slow_path(cluster, "n2", "n5", rate="20mbit"):
         main(argv(cluster, tmp_path, "path"))
     found = host_findings(report(tmp_path, "path"))
@@ -101,3 +101,30 @@ def test_a_rail_slow_in_some_repetitions_is_flaky(cluster, tmp_path):
     found = host_findings(report(tmp_path, "flaky"))
     assert found.pop("n4") == ("fail", ("fabric-rail-flaky",))
     assert {s for s, _ in found.values()} == {"pass"}
+
+
+def test_a_partner_whose_link_is_down_is_a_finding_and_the_rest_is_kept(cluster, tmp_path):
+    """n1's link goes down after the rail listing (it sits out round 1 and meets n5 and n4 in
+    rounds 2 and 3): its tests never run, which is a finding on n1; the others measured."""
+    args = build_parser().parse_args(argv(cluster, tmp_path, "down", "--connect-timeout", "3"))
+    args.reps = 1
+    down = {}
+
+    def before_rep(round_number: int, rep: int) -> None:
+        if round_number == 1 and "cm" not in down:
+            down["cm"] = link_down(cluster, "n1")
+            down["cm"].__enter__()
+
+    options = replace(rail_options(args), slack_s=4.0)
+    req = replace(fabric_request(args), stages=(rail_stage(options, before_rep),))
+    try:
+        execute(req)
+    finally:
+        if "cm" in down:
+            down.pop("cm").__exit__(None, None, None)
+    rep = report(tmp_path, "down")
+    found = host_findings(rep)
+    assert found.pop("n1") == ("fail", ("fabric-rail-unreachable",))
+    assert {s for s, _ in found.values()} == {"pass"}
+    n1 = next(f for f in rep["findings"] if f["check"] == "fabric-rails" and f["host"] == "n1")
+    assert "n5" in n1["summary"] and "n4" in n1["summary"] and "eth0" in n1["summary"]

@@ -66,3 +66,10 @@ def test_two_nodes_cannot_tell_node_from_path():
     j = judge_rails(sweep(lambda a, b, rep: 100.0, nodes=["a", "b"], rail=NDR))
     assert {(b.node, b.severity) for b in j.blames} == {("a", "warn"), ("b", "warn")}
     assert "one partner" in j.blames[0].detail
+
+
+def test_a_node_that_stops_answering_part_way_is_unreachable():
+    # n0 meets n5, n4, n3 in rounds 1-3; it answers in round 1 only.
+    order = {("n0", "n5"): 1, ("n0", "n4"): 2, ("n0", "n3"): 3}
+    j = judge_rails(sweep(lambda a, b, rep: None if order.get((a, b), 0) >= 2 else 392.0))
+    assert blamed(j) == {("n0", UNREACHABLE, "fail")}
