@@ -4,8 +4,8 @@ Input: every repetition of every rail of every pair (``preflight.fabric.record.R
 Per rail index (rail i of every node: mlx5_0 everywhere, say):
 
 1. A repetition is **bad** when it did not measure, or measured below its reference: the
-   higher of ``REL_SLOW`` x the fleet's median for that rail (every measured repetition of every
-   pair), and ``LINE_FLOOR`` x the rail's line rate when the node's evidence gives one (the
+   higher of ``REL_SLOW`` x the fleet's median for that rail (over the nodes, of each node's
+   best pair: ``fleet_figure``), and ``LINE_FLOOR`` x the rail's line rate when the node's evidence gives one (the
    port's active rate from ibv_devinfo). A TCP interface (the veth of a test bed) has no line
    rate: only the fleet median applies, and the cell says so.
 2. A pair's rail is ``ok`` (no bad repetition), ``slow`` (every one bad), ``flaky`` (some bad,
@@ -37,7 +37,7 @@ from preflight.fabric.record import RailRun
 
 REL_SLOW = 0.75
 LINE_FLOOR = 0.85
-MIN_MEDIAN_RUNS = 3  # fewer measured repetitions on a rail: no fleet median to judge against
+MIN_MEDIAN_NODES = 3  # fewer nodes measured on a rail: no fleet median to judge against
 
 SLOW, FLAKY, PATH, UNREACHABLE, MISSING = ("fabric-rail-slow", "fabric-rail-flaky", "fabric-path-slow",
                                             "fabric-rail-unreachable", "fabric-rail-missing")
@@ -106,27 +106,41 @@ def judge_rails(runs: Iterable[RailRun], line_floor: float = LINE_FLOOR, rel_slo
                 ) -> RailJudgement:
     runs = list(runs)
     notes: list[str] = []
-    medians: dict[int, float | None] = {}
-    references: dict[int, str] = {}
-    for rail in sorted({r.rail for r in runs}):
-        values = [r.gbps for r in runs if r.rail == rail and r.gbps is not None]
-        medians[rail] = median(values) if len(values) >= MIN_MEDIAN_RUNS else None
-        rates = {r.node_rail.rate_gbps for r in runs if r.rail == rail} | {
-            r.partner_rail.rate_gbps for r in runs if r.rail == rail}
-        line = "line rate " + (", ".join(f"{x:g} Gb/s" for x in sorted(x for x in rates if x)) or "unknown")
-        fleet = f"fleet median {medians[rail]:.3g} Gb/s" if medians[rail] else "no fleet median (too few runs)"
-        references[rail] = f"{fleet}; {line}"
-        if medians[rail] is None:
-            notes.append(f"rail {rail}: fewer than {MIN_MEDIAN_RUNS} measured repetitions, no fleet median")
-
     grouped: dict[tuple[str, str, int], list[RailRun]] = {}
     for r in runs:
         grouped.setdefault((r.node, r.partner, r.rail), []).append(r)
+    medians: dict[int, float | None] = {}
+    references: dict[int, str] = {}
+    for rail in sorted({r.rail for r in runs}):
+        medians[rail] = fleet_figure({k: g for k, g in grouped.items() if k[2] == rail})
+        rates = {x for r in runs if r.rail == rail for x in (r.node_rail.rate_gbps, r.partner_rail.rate_gbps) if x}
+        line = "line rate " + (", ".join(f"{x:g} Gb/s" for x in sorted(rates)) or "unknown")
+        fleet = f"fleet median {medians[rail]:.3g} Gb/s" if medians[rail] else "no fleet median (too few nodes)"
+        references[rail] = f"{fleet}; {line}"
+        if medians[rail] is None:
+            notes.append(f"rail {rail}: fewer than {MIN_MEDIAN_NODES} nodes measured, no fleet median")
     pairs = tuple(_pair(group, medians[key[2]], line_floor, rel_slow) for key, group in grouped.items())
     blames = []
     for rail in sorted(medians):
         blames += _attribute([p for p in pairs if p.rail == rail])
     return RailJudgement(pairs, tuple(blames), medians, references, tuple(notes))
+
+
+def fleet_figure(groups: dict[tuple[str, str, int], list[RailRun]]) -> float | None:
+    """The fleet's median for one rail: over nodes, of each node's best pair (the median of that
+    pair's measured repetitions). A slow node's partners are at speed with their other partners,
+    so their best pair is not the slow one: the reference stays the healthy rate while fewer
+    than half the nodes are bad, where a median over every pair would sink with each bad
+    node's two or three pairs."""
+    best: dict[str, float] = {}
+    for (a, b, _), group in groups.items():
+        measured = [r.gbps for r in group if r.gbps is not None]
+        if not measured:
+            continue
+        figure = median(measured)
+        for n in (a, b):
+            best[n] = max(best.get(n, figure), figure)
+    return median(best.values()) if len(best) >= MIN_MEDIAN_NODES else None
 
 
 def reference_of(run: RailRun, fleet_median: float | None, line_floor: float, rel_slow: float) -> float | None:

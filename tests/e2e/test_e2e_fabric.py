@@ -69,6 +69,12 @@ def test_a_slow_host_is_the_culprit_with_every_partner(cluster, tmp_path):
     assert {s for s, _ in found.values()} == {"pass"}
     diagnoses = {d["cause"]: d["hosts"] for d in report(tmp_path, "slow")["diagnoses"]}
     assert diagnoses.get("fabric-rail-slow") == ["n3"]
+    # The report's node x rail picture marks n3's cell, and only it.
+    html = (tmp_path / "slow" / "report.html").read_text()
+    table = html.split('<table class="rails">')[1].split("</table>")[0]
+    rows = {r.split("</a>")[0].rsplit(">", 1)[-1]: r for r in table.split("<tr>")[2:]}
+    assert set(rows) == set(HOSTS) and "m-slow" in rows["n3"] and "SLOW" in rows["n3"]
+    assert not any("m-slow" in row for host, row in rows.items() if host != "n3")
 
 
 def test_a_slow_path_is_the_path_not_either_node(cluster, tmp_path):

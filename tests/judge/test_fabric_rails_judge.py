@@ -73,3 +73,11 @@ def test_a_node_that_stops_answering_part_way_is_unreachable():
     order = {("n0", "n5"): 1, ("n0", "n4"): 2, ("n0", "n3"): 3}
     j = judge_rails(sweep(lambda a, b, rep: None if order.get((a, b), 0) >= 2 else 392.0))
     assert blamed(j) == {("n0", UNREACHABLE, "fail")}
+
+
+def test_the_reference_holds_with_two_slow_nodes_of_four():
+    """Five of six pairs touch n1 or n2: a median over pairs would be the slow rate (150) and
+    blame nobody; over the nodes' best pairs it is half-way (271), and both are blamed."""
+    j = judge_rails(sweep(lambda a, b, rep: 150.0 if {a, b} & {"n1", "n2"} else 392.0, nodes=NODES[:4],
+                          rail=Rail("eth0")))
+    assert j.medians[0] == 271.0 and {(b.node, b.cause) for b in j.blames} == {("n1", SLOW), ("n2", SLOW)}
