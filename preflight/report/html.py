@@ -120,7 +120,7 @@ def render(analysis: Analysis, plots: Mapping[str, bytes] | None = None) -> str:
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{_CSP}\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             f"<title>{_e(title)}</title>\n<style>{CSS}{rail_matrix.CSS}</style>\n</head>\n"
-            "<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")
+            "<body>\n" + "\n".join(part for part in body if part) + "\n</body>\n</html>\n")
 
 
 def _meta_line(meta: dict) -> str:
