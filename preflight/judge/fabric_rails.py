@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from preflight.fabric.record import RailRun
+from preflight.knowledge.link_rates import generation
 
 REL_SLOW = 0.75
 LINE_FLOOR = 0.85
@@ -114,7 +115,7 @@ def judge_rails(runs: Iterable[RailRun], line_floor: float = LINE_FLOOR, rel_slo
     for rail in sorted({r.rail for r in runs}):
         medians[rail] = fleet_figure({k: g for k, g in grouped.items() if k[2] == rail})
         rates = {x for r in runs if r.rail == rail for x in (r.node_rail.rate_gbps, r.partner_rail.rate_gbps) if x}
-        line = "line rate " + (", ".join(f"{x:g} Gb/s" for x in sorted(rates)) or "unknown")
+        line = "line rate " + (", ".join(_rate(x) for x in sorted(rates)) or "unknown")
         fleet = f"fleet median {medians[rail]:.3g} Gb/s" if medians[rail] else "no fleet median (too few nodes)"
         references[rail] = f"{fleet}; {line}"
         if medians[rail] is None:
@@ -124,6 +125,11 @@ def judge_rails(runs: Iterable[RailRun], line_floor: float = LINE_FLOOR, rel_slo
     for rail in sorted(medians):
         blames += _attribute([p for p in pairs if p.rail == rail])
     return RailJudgement(pairs, tuple(blames), medians, references, tuple(notes))
+
+
+def _rate(gbps: float) -> str:
+    name = generation(gbps)
+    return f"{gbps:g} Gb/s" + (f" ({name})" if name else "")
 
 
 def fleet_figure(groups: dict[tuple[str, str, int], list[RailRun]]) -> float | None:
