@@ -48,7 +48,8 @@ def load_rates(path: Path = RATES_PATH) -> dict[str, LinkSpeed]:
 def generation(rate_gbps: float | None, rates: dict[str, LinkSpeed] | None = None) -> str | None:
     """The generation whose lane rate makes ``rate_gbps`` a port of 4, 2, 1 or 8 lanes (in that
     order of preference: HCA ports are 4X, so 400 is NDR 4X, not HDR 8X), named with the width
-    ("NDR 4X"); None when no listed generation matches."""
+    ("NDR 4X"); None when no listed generation matches. A rate two generations share (50: EDR
+    2X or HDR 1X) gets the wider port's name: the name is a label, never a verdict."""
     if not rate_gbps:
         return None
     speeds = (load_rates() if rates is None else rates).values()

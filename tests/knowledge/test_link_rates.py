@@ -15,7 +15,7 @@ def test_every_speed_has_a_source_and_a_4x_port_of_four_lanes():
 
 
 @pytest.mark.parametrize("gbps,name", [(400.0, "NDR 4X"), (800.0, "XDR 4X"), (200.0, "HDR 4X"), (100.0, "EDR 4X"),
-                                       (50.0, "HDR 1X"), (2.0, None), (None, None)])
+                                       (50.0, "EDR 2X"), (2.0, None), (None, None)])
 def test_rates_are_named_by_generation_preferring_4x(gbps, name):
     assert generation(gbps) == name
 
