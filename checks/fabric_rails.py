@@ -87,7 +87,8 @@ def _host_outcome(name: str, verdict, count: int | None, usual: int | None, prob
     data = {"rails": {p.rail_of(name): {} for p in pairs}}
     for p in pairs:
         data["rails"][p.rail_of(name)][p.other(name)] = {"state": p.state, "gbps": p.gbps, "reps": list(p.reps),
-                                                         "reference_gbps": p.reference, "why": p.why}
+                                                         "reference_gbps": p.reference, "why": p.why,
+                                                         "latency_us": p.latency_us}
     phrases = [f"{b.rail_name}: {_word(b.cause)} {b.detail} ({', '.join(b.partners)})" for b in mine]
     symptoms = list(dict.fromkeys(b.cause for b in mine))
     if count is not None:

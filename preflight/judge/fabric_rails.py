@@ -58,6 +58,7 @@ class PairRail:
     reps: tuple[float | None, ...]
     reference: float | None
     why: str | None = None  # the first failed repetition's reason
+    latency_us: float | None = None  # ib_write_lat's t_avg for this rail and pair (reported, not judged)
 
     def involves(self, node: str) -> bool:
         return node in (self.node, self.partner)
@@ -175,8 +176,9 @@ def _pair(group: Sequence[RailRun], fleet_median: float | None, line_floor: floa
     else:
         state = "flaky"
     why = next((r.why for r in group if r.why), None)
+    latency = next((r.latency_us for r in group if r.latency_us is not None), None)
     return PairRail(first.node, first.partner, first.rail, first.node_rail.name, first.partner_rail.name, state,
-                    median(measured) if measured else None, tuple(r.gbps for r in group), reference, why)
+                    median(measured) if measured else None, tuple(r.gbps for r in group), reference, why, latency)
 
 
 def _attribute(pairs: Sequence[PairRail]) -> list[Blame]:
