@@ -56,8 +56,7 @@ def add_parser(sub, report_options, store_options) -> argparse.ArgumentParser:
     g.add_argument("--gid-index", type=_gid_index, metavar="N",
                    help="ib_write_bw: the GID index for RoCE (perftest -x)")
     g.add_argument("--port-base", type=positive(int, 65000), default=18515, metavar="PORT",
-                   help="first TCP port of the tests (default 18515, perftest's own); each rail of each pair "
-                        "of a round has its own")
+                   help="first TCP port of the tests (default 18515, perftest's own); rail i uses PORT + i")
     g.add_argument("--bitrate", metavar="RATE", help="iperf3: cap each test at RATE (iperf3 -b, e.g. 500M), so "
                                                       "that tests sharing a test bed's CPUs stay comparable")
     fa.add_argument("--parallel", type=positive(int), default=64, help="hosts listed at once (default 64)")

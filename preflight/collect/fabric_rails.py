@@ -2,7 +2,8 @@
 ``Node`` (SSH, Slurm steps, this machine alike).
 
 For each round of the plan (``preflight.fabric.pairing``) every pair runs at once, and within a
-pair every rail at once (rail i of the client against rail i of the server, each on its own TCP
+pair every rail at once (rail i of the client against rail i of the server, on TCP port
+``base_port + i``: the pairs of a round share no node, so no two servers of a node share a
 port). One test is a server started on the partner and, a moment later, a client on the node:
 
 - ``ib_write_bw``: ``ib_write_bw -d HCA -i PORT -p TCP --report_gbits -F -D S [-x GID]
@@ -52,7 +53,7 @@ class RailOptions:
     seconds: float = 5.0  # per test (perftest -D, iperf3 -t)
     use_cuda: bool = False  # perftest --use_cuda=<rail index>: GPU i with NIC i (HGX layout)
     gid_index: int | None = None  # perftest -x, RoCE
-    base_port: int = 18515  # perftest's default; rail i of pair p uses base + p * rails + i
+    base_port: int = 18515  # perftest's default; rail i uses base + i (pairs of a round share no node)
     bitrate: str | None = None  # iperf3 -b: cap each stream (a shared CPU test bed)
     latency: bool = True  # ib_write_lat once per rail and round
     slack_s: float = 20.0  # beyond the test's own seconds: connection, set-up, teardown
@@ -137,11 +138,10 @@ def _run_round(nodes: Mapping[str, Node], rails: Mapping[str, Sequence[Rail]], r
                before_rep: Callable[[int, int], None] | None, parallel: int) -> None:
     runs: dict[tuple[str, str], list[RunRecord]] = {pair: [] for pair in rnd.pairs}
     tasks = []
-    width = max((len(rails[a]) for pair in rnd.pairs for a in pair), default=1)
-    for p, (a, b) in enumerate(rnd.pairs):
+    for a, b in rnd.pairs:
         for index, mine, theirs in paired_rails(rails[a], rails[b]):
             address = theirs.address if options.tool == "iperf3" else b
-            tasks.append(((a, b), index, (mine, theirs), options.base_port + p * width + index, address or b))
+            tasks.append(((a, b), index, (mine, theirs), options.base_port + index, address or b))
     started, t0 = now_iso(), time.monotonic()
     lock = threading.Lock()
 

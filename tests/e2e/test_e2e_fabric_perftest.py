@@ -36,9 +36,9 @@ def replies() -> dict[str, dict[str, Reply]]:
     rails = rails_from_ibv_devinfo(DEVINFO)
     out: dict[str, dict[str, Reply]] = {h: {"ibv_devinfo -v": Reply(DEVINFO)} for h in HOSTS}
     for rnd in plan_rail_rounds(HOSTS).rounds:
-        for p, (a, b) in enumerate(rnd.pairs):
+        for a, b in rnd.pairs:
             for i, rail in enumerate(rails):
-                port = OPTIONS.base_port + p * len(rails) + i
+                port = OPTIONS.base_port + i
                 bw = HALF if "g3" in (a, b) else NDR
                 for test, client_says in (("bw", bw), ("lat", LAT)):
                     out[a][" ".join(client_argv(OPTIONS, rail, port, b, i, test))] = Reply(client_says)
