@@ -32,10 +32,10 @@ def cluster(tmp_path_factory):
         yield c
 
 
-def argv(cluster, out: Path, run_id: str, *extra: str) -> list[str]:
+def argv(cluster, out: Path, run_id: str, *extra: str, db: bool = False) -> list[str]:
     return ["fabric", "--hosts", str(cluster.hosts_file), "--ssh-config", str(cluster.ssh_config),
             "--known-hosts", str(cluster.known_hosts), "--identity", str(cluster.identity),
-            "--out", str(out), "--run-id", run_id, "-q", "--no-db", *FAST, *extra]
+            "--out", str(out), "--run-id", run_id, "-q", *([] if db else ["--no-db"]), *FAST, *extra]
 
 
 def report(out: Path, run_id: str) -> dict:
@@ -47,8 +47,8 @@ def host_findings(rep: dict) -> dict[str, tuple[str, tuple[str, ...]]]:
             if f["check"] == "fabric-rails" and f["host"]}
 
 
-def test_healthy_fleet_is_not_blamed_and_analyze_agrees(cluster, tmp_path):
-    assert main(argv(cluster, tmp_path, "ok")) == 0
+def test_healthy_fleet_is_not_blamed_and_analyze_agrees(cluster, tmp_path, capsys):
+    assert main(argv(cluster, tmp_path, "ok", db=True)) == 0
     rep = report(tmp_path, "ok")
     assert {h: s for h, (s, _) in host_findings(rep).items()} == {h: "pass" for h in HOSTS}
     fleet = next(f for f in rep["findings"] if f["check"] == "fabric-rails" and f["host"] is None)
@@ -59,6 +59,10 @@ def test_healthy_fleet_is_not_blamed_and_analyze_agrees(cluster, tmp_path):
     saved = sorted((tmp_path / "ok" / "bundle" / "hosts").glob("*/fabric-rail-*"))
     assert saved, "no rail record in the bundle"
     assert main(["analyze", str(tmp_path / "ok"), "--out", str(tmp_path / "again"), "-q", "--no-db"]) == 0
+    # The results store recorded the run as it records `run`'s (the test's own store).
+    capsys.readouterr()
+    said = capsys.readouterr().out if main(["history", "n1"]) == 0 else ""
+    assert "n1: 1 run(s)" in said and "PASS  run         ok" in said
 
 
 def test_a_slow_host_is_the_culprit_with_every_partner(cluster, tmp_path):
