@@ -11,6 +11,7 @@ after the rails (``--collective``, later).
 from __future__ import annotations
 
 import argparse
+import re
 
 from preflight.app import options, targets
 from preflight.app.errors import UsageError
@@ -30,6 +31,9 @@ from preflight.knowledge.profiles import load_profiles
 CHECK_ID = "fabric-rails"
 MAX_REPS = 100
 MAX_SECONDS = 600.0
+# iperf3's own number syntax for -b and -n (a number, then K/M/G/T): checked here so that a typo
+# is a usage error before anything runs, not an iperf3 error on every node.
+_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?[KMGTkmgt]?")
 MAX_GID_INDEX = 255  # a port's GID table: ibv_query_gid indices are below its gid_tbl_len (<= 256 on mlx5)
 
 
@@ -59,6 +63,9 @@ def add_parser(sub, report_options, store_options) -> argparse.ArgumentParser:
                    help="first TCP port of the tests (default 18515, perftest's own); rail i uses PORT + i")
     g.add_argument("--bitrate", metavar="RATE", help="iperf3: cap each test at RATE (iperf3 -b, e.g. 500M), so "
                                                       "that tests sharing a test bed's CPUs stay comparable")
+    g.add_argument("--bytes", metavar="SIZE", dest="size",
+                   help="iperf3: send SIZE bytes (iperf3 -n, e.g. 2M) instead of for --seconds: short tests on a "
+                        "test bed")
     fa.add_argument("--parallel", type=positive(int), default=64, help="hosts listed at once (default 64)")
     fa.add_argument("--timeout", type=positive(float, LONGEST_S), default=30.0,
                     help="seconds for each node's rail listing (default 30)")
@@ -82,10 +89,15 @@ def rail_options(args: argparse.Namespace) -> RailOptions:
                  if given]
         if wrong:
             raise UsageError(f"{', '.join(wrong)}: only with --pair-tool ib_write_bw")
-    elif args.bitrate:
-        raise UsageError("--bitrate: only with --pair-tool iperf3")
+    else:
+        wrong = [flag for flag, given in (("--bitrate", args.bitrate), ("--bytes", args.size)) if given]
+        if wrong:
+            raise UsageError(f"{', '.join(wrong)}: only with --pair-tool iperf3")
+    for flag, value in (("--bitrate", args.bitrate), ("--bytes", args.size)):
+        if value is not None and not _SIZE.fullmatch(value):
+            raise UsageError(f"{flag}: {value!r} is not a number with an optional K, M, G or T suffix")
     return RailOptions(args.pair_tool, args.reps, args.seconds, args.use_cuda, args.gid_index, args.port_base,
-                       args.bitrate)
+                       args.bitrate, args.size)
 
 
 def stages_for(rails: RailOptions) -> tuple[Stage, ...]:

@@ -42,7 +42,7 @@ from preflight.model import ProbeResult
 from preflight.parse import ParseError
 
 _RETRY_FOR_S = 5.0  # how long a client whose server is not listening yet tries again
-_SERVER_HEAD_START_S = 0.5
+_SERVER_HEAD_START_S = 0.2  # then retried while the server is not listening yet
 _STDERR_CAP = 4000
 
 
@@ -55,6 +55,7 @@ class RailOptions:
     gid_index: int | None = None  # perftest -x, RoCE
     base_port: int = 18515  # perftest's default; rail i uses base + i (pairs of a round share no node)
     bitrate: str | None = None  # iperf3 -b: cap each stream (a shared CPU test bed)
+    size: str | None = None  # iperf3 -n: send this many bytes instead of for ``seconds``
     latency: bool = True  # ib_write_lat once per rail and round
     slack_s: float = 20.0  # beyond the test's own seconds: connection, set-up, teardown
 
@@ -72,8 +73,8 @@ def server_argv(o: RailOptions, rail: Rail, port: int, rail_index: int, test: st
 
 def client_argv(o: RailOptions, rail: Rail, port: int, server: str, rail_index: int, test: str = "bw") -> list[str]:
     if o.tool == "iperf3":
-        return ["iperf3", "-c", server, "-p", str(port), "-t", f"{o.seconds:g}", "-J",
-                *(["-b", o.bitrate] if o.bitrate else [])]
+        return ["iperf3", "-c", server, "-p", str(port), *(["-n", o.size] if o.size else ["-t", f"{o.seconds:g}"]),
+                "-J", *(["-b", o.bitrate] if o.bitrate else [])]
     return _perftest(o, rail, port, test, rail_index) + [server]
 
 
@@ -144,10 +145,18 @@ def _run_round(nodes: Mapping[str, Node], rails: Mapping[str, Sequence[Rail]], r
             tasks.append(((a, b), index, (mine, theirs), options.base_port + index, address or b))
     started, t0 = now_iso(), time.monotonic()
     lock = threading.Lock()
+    silent = _silent([n for pair in rnd.pairs for n in pair], nodes, options, parallel)
 
     def one(task, rep: int, test: str = "bw") -> None:
         (a, b), index, pair, port, address = task
-        client, server = run_one(nodes[a], nodes[b], options, pair, port, address, index, test)
+        if a in silent or b in silent:
+            # A node that did not answer a plain `true` would only make its partner's side wait
+            # for the whole limit: both sides are recorded as not run, saying which node it was.
+            client = silent.get(a) or _not_run(f"not run: {b} did not answer ({silent.get(b)})")
+            server = silent.get(b) or _not_run(f"not run: {a} did not answer ({silent.get(a)})")
+            client, server = _side(client), _side(server)
+        else:
+            client, server = run_one(nodes[a], nodes[b], options, pair, port, address, index, test)
         with lock:
             runs[(a, b)].append(RunRecord(index, rep, test, client, server))
 
@@ -165,6 +174,21 @@ def _run_round(nodes: Mapping[str, Node], rails: Mapping[str, Sequence[Rail]], r
                             tuple(done))
         on_result(ProbeResult(probe_id(rnd.number), a, ("preflight-fabric-rails", options.tool, a, b), dump(record),
                               "", 0, started, seconds, False, None))
+
+
+def _not_run(why: str) -> CommandResult:
+    return CommandResult((), None, "", None, now_iso(), 0.0, False, why)
+
+
+def _silent(names: Sequence[str], nodes: Mapping[str, Node], options: RailOptions,
+            parallel: int) -> dict[str, CommandResult]:
+    """The round's nodes that do not answer a plain command now, with that result."""
+    if not names:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(names)))) as pool:
+        results = dict(zip(names, pool.map(lambda n: nodes[n].run(["true"], timeout=options.slack_s), names),
+                           strict=True))
+    return {n: r for n, r in results.items() if r.error or r.timed_out}
 
 
 def node_rails(evidence: Mapping[str, Mapping[str, ProbeResult]], tool: str) -> dict[str, list[Rail]]:

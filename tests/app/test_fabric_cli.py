@@ -13,6 +13,8 @@ from preflight.app.cli import main
     (["-H", "a,b", "--pair-tool", "iperf3", "--use-cuda"], "--use-cuda: only with --pair-tool ib_write_bw"),
     (["-H", "a,b", "--pair-tool", "iperf3", "--gid-index", "3"], "--gid-index: only with --pair-tool ib_write_bw"),
     (["-H", "a,b", "--bitrate", "1G"], "--bitrate: only with --pair-tool iperf3"),
+    (["-H", "a,b", "--bytes", "2M"], "--bytes: only with --pair-tool iperf3"),
+    (["-H", "a,b", "--pair-tool", "iperf3", "--bitrate", "1 G; rm -rf /"], "--bitrate: '1 G; rm -rf /' is not a number"),
 ])
 def test_refused_before_anything_runs(argv, said, tmp_path, capsys):
     assert main(["fabric", *argv, "--out", str(tmp_path / "out"), "--no-db"]) == 2

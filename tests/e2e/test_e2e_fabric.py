@@ -22,7 +22,9 @@ pytestmark = [pytest.mark.root,
               pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 missing (apt-get install iperf3)")]
 
 HOSTS = ["n1", "n2", "n3", "n4", "n5"]  # odd: one node sits out each round
-# Capped so that five tests sharing two cores stay comparable; 20 Mbit/s shaping is far below it.
+# Capped so that tests sharing two cores stay comparable; 20 Mbit/s shaping is far below it. One
+# second a test: a test of a few MB (--bytes) lasts ~0.1 s at the cap, where one scheduling stall
+# of a loaded machine is a quarter of it (a healthy pair was once judged slow that way).
 FAST = ["--pair-tool", "iperf3", "--seconds", "1", "--reps", "2", "--bitrate", "200M"]
 
 
@@ -125,7 +127,7 @@ def test_a_partner_whose_link_is_down_is_a_finding_and_the_rest_is_kept(cluster,
             down["cm"] = link_down(cluster, "n1")
             down["cm"].__enter__()
 
-    options = replace(rail_options(args), slack_s=4.0)
+    options = replace(rail_options(args), slack_s=2.0)
     req = replace(fabric_request(args), stages=(rail_stage(options, before_rep),))
     try:
         execute(req)
