@@ -136,10 +136,12 @@ def measurements(record: PairRecord) -> list[RailRun]:
 
 def _read_bw(tool: str, run: RunRecord) -> tuple[float | None, str | None, bool]:
     c, s = run.client, run.server
-    if s.error:
-        return None, f"partner side did not start: {s.error}", True
-    if c.error:
-        return None, f"client side did not start: {c.error}", True
+    if c.error or s.error:
+        # Either side not answering means the rail did not run; name the side that failed on its
+        # own account (the other one is then recorded as "not run: X did not answer").
+        client_failed = c.error is not None and not c.error.startswith("not run:")
+        side, why = ("client side", c.error) if client_failed or not s.error else ("partner side", s.error)
+        return None, f"{side} did not start: {why}", True
     try:
         if tool == "iperf3":
             rep = parse_iperf3(c.stdout)

@@ -51,3 +51,11 @@ def test_iperf3_measurements_and_what_did_not_measure():
 def test_a_damaged_record_is_a_parse_error(text):
     with pytest.raises(ParseError):
         load(text)
+
+
+def test_the_side_that_did_not_answer_is_the_one_named():
+    eth = Rail("eth0", None, "10.0.0.2")
+    rec = PairRecord(2, "iperf3", "a", "b", 1, (eth,), (eth,), (
+        RunRecord(0, 1, "bw", side(error="connect timed out"), side(error="not run: a did not answer (connect timed out)")),))
+    [m] = measurements(rec)
+    assert m.why == "client side did not start: connect timed out" and m.unreachable
