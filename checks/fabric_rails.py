@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from preflight.check import error, fail, fleet_check, ok, skip, warn
 from preflight.fabric.pairing import rail_counts
-from preflight.fabric.rails import IBV_PROBE, IP_ADDR_PROBE, rails_from_ibv_devinfo, rails_from_ip_addr
+from preflight.fabric.rails import IBSTAT_PROBE, IBV_PROBE, IP_ADDR_PROBE, rails_from_ip_addr, rdma_rails
 from preflight.fabric.record import is_rail_probe, load, measurements
 from preflight.judge.fabric_rails import MISSING, judge_rails
 from preflight.model import Evidence
@@ -61,18 +61,23 @@ def fabric_rails(fleet):
 
 
 def _listing(tool: str | None) -> str:
-    return "ip -o -4 addr show" if tool == "iperf3" else "ibv_devinfo (no ACTIVE port)"
+    return "ip -o -4 addr show" if tool == "iperf3" else "ibv_devinfo / ibstat (no ACTIVE port)"
 
 
 def _listed_rails(fleet, tool: str | None) -> dict[str, list]:
-    probe, read = (IP_ADDR_PROBE, rails_from_ip_addr) if tool == "iperf3" else (IBV_PROBE, rails_from_ibv_devinfo)
+    """Each node's rails as its listing gives them; nodes without a readable listing are left
+    out (their own probe findings say why)."""
     out = {}
     for name, host in fleet.hosts.items():
-        r = host.result(probe)
+        if tool != "iperf3":
+            if any(host.result(p) is not None and host.result(p).ok for p in (IBV_PROBE, IBSTAT_PROBE)):
+                out[name] = rdma_rails(host.probes)
+            continue
+        r = host.result(IP_ADDR_PROBE)
         if r is None or not r.ok:
             continue
         try:
-            out[name] = read(r.text)
+            out[name] = rails_from_ip_addr(r.text)
         except ParseError:
             continue
     return out

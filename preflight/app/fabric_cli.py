@@ -22,7 +22,7 @@ from preflight.collect.probes import PROBES
 from preflight.collect.stage import Stage
 from preflight.diagnose.engine import load_knowledge
 from preflight.evidence.bundle import new_run_id
-from preflight.fabric.rails import IBV_PROBE, IP_ADDR_PROBE
+from preflight.fabric.rails import IBSTAT_PROBE, IBV_PROBE, IP_ADDR_PROBE
 from preflight.fabric.record import TOOLS
 from preflight.judge.loader import load_checks
 from preflight.knowledge.datafile import LONGEST_S, positive
@@ -116,8 +116,9 @@ def fabric_request(args: argparse.Namespace) -> RunRequest:
     checks = [c for c in load_checks() if c.id == CHECK_ID]
     if not checks:
         raise UsageError(f"fabric: the {CHECK_ID} check is not installed")
-    probe = PROBES[IP_ADDR_PROBE if rails.tool == "iperf3" else IBV_PROBE]
-    plan = ExecPlan((probe,), args.timeout, args.parallel, targets.ssh_of(args), per_node=1, node_runner=False)
+    listing = (IP_ADDR_PROBE,) if rails.tool == "iperf3" else (IBV_PROBE, IBSTAT_PROBE)
+    plan = ExecPlan(tuple(PROBES[p] for p in listing), args.timeout, args.parallel, targets.ssh_of(args),
+                    per_node=2, node_runner=False)
     run_id = targets.run_id_of(args, new_run_id())
     return RunRequest(hosts, checks, load_profiles(()), load_knowledge(), plan, args.out, run_id, None,
                       html=args.html, slurm=slurm, stages=stages_for(rails))

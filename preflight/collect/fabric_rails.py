@@ -36,7 +36,7 @@ from preflight.collect.slurm_job import allocate, release
 from preflight.collect.ssh import SshNode
 from preflight.collect.stage import Stage, StageContext
 from preflight.fabric.pairing import Rail, RailPlan, RailRound, paired_rails, plan_rail_rounds
-from preflight.fabric.rails import IBV_PROBE, IP_ADDR_PROBE, rails_from_ibv_devinfo, rails_from_ip_addr
+from preflight.fabric.rails import IP_ADDR_PROBE, rails_from_ip_addr, rdma_rails
 from preflight.fabric.record import PairRecord, RunRecord, Side, dump, probe_id
 from preflight.model import ProbeResult
 from preflight.parse import ParseError
@@ -194,12 +194,14 @@ def _silent(names: Sequence[str], nodes: Mapping[str, Node], options: RailOption
 def node_rails(evidence: Mapping[str, Mapping[str, ProbeResult]], tool: str) -> dict[str, list[Rail]]:
     """Each reached node's rails from its own listing (see ``preflight.fabric.rails``); a node
     whose listing is missing or unreadable has none."""
-    probe, read = (IP_ADDR_PROBE, rails_from_ip_addr) if tool == "iperf3" else (IBV_PROBE, rails_from_ibv_devinfo)
     out: dict[str, list[Rail]] = {}
     for name, results in evidence.items():
-        r = results.get(probe)
+        if tool != "iperf3":
+            out[name] = rdma_rails(results)
+            continue
+        r = results.get(IP_ADDR_PROBE)
         try:
-            out[name] = read(r.text) if r is not None and r.ok else []
+            out[name] = rails_from_ip_addr(r.text) if r is not None and r.ok else []
         except ParseError:
             out[name] = []
     return out

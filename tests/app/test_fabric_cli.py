@@ -46,5 +46,5 @@ def test_the_hosts_file_named_twice_is_folded_with_a_note(tmp_path, capsys):
 
     req = fabric_request(build_parser().parse_args(["fabric", "--hosts", str(hosts), "--out", str(tmp_path)]))
     assert [h.name for h in req.hosts] == ["a", "b"] and len(req.stages) == 1
-    assert [c.id for c in req.checks] == ["fabric-rails"] and [p.id for p in req.plan.probes] == ["ibv-devinfo"]
+    assert [c.id for c in req.checks] == ["fabric-rails"] and [p.id for p in req.plan.probes] == ["ibv-devinfo", "ibstat"]
     assert f"{hosts}:3: a is the same node" in capsys.readouterr().err
