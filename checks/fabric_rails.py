@@ -2,7 +2,7 @@
 
 Input: the rail stage's records (``fabric-rail-<round>`` under each pair's client node: both
 sides' raw ib_write_bw / iperf3 output, per rail and repetition; preflight/fabric/record.py),
-and each node's own rail listing (``ibv-devinfo``: its active ports and their rates;
+and each node's own rail listing (``ibv-devinfo``, else ``ibstat``: its active ports and rates;
 ``ip-addr``: its IPv4 interfaces, on a TCP test bed).
 
 How faulty is told from normal: preflight/judge/fabric_rails.py. In short, a repetition below

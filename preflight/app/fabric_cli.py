@@ -1,7 +1,7 @@
 """``preflight fabric``: every rail of every node against the same rail of a partner.
 
 It is a run (``preflight.app.run.execute``) whose per-host probes are only the rail listing
-(``ibv-devinfo``, or ``ip-addr`` for iperf3) and whose stage is the rail stage
+(``ibv-devinfo`` and ``ibstat``, or ``ip-addr`` for iperf3) and whose stage is the rail stage
 (``preflight.collect.fabric_rails``); its only check is ``fabric-rails``. So it writes the same
 run directory, bundle and reports as ``run``, and ``analyze``, ``drain``, ``diff``, the results
 store and the lifecycle read it unchanged. ``stages_for`` is where the collective's stage joins
