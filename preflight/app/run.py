@@ -115,6 +115,13 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
             run_node(LocalNode(names[0]), req.plan, on_result)
         else:
             run_sharded(req.hosts, req.plan, on_result, req.plan.workers or auto_workers(len(req.hosts)))
+        # The run's stages (the rails of `preflight fabric`), before the collective across them.
+        if req.stages and not local:
+            bundle = writer.bundle()
+            reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
+            context = StageContext(req.hosts, reached, writer.add, req.plan.ssh, req.slurm, req.run_id)
+            for stage in req.stages:
+                stage(context)
         if req.multinode and not local:
             bundle = writer.bundle()
             reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
@@ -122,12 +129,6 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
                 run_multinode_slurm(req.hosts, reached, writer.add, req.slurm, req.multinode, req.run_id, FLEET_HOST)
             else:
                 run_multinode(req.hosts, reached, writer.add, req.plan.ssh, req.multinode, req.run_id, FLEET_HOST)
-        if req.stages and not local:
-            bundle = writer.bundle()
-            reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
-            context = StageContext(req.hosts, reached, writer.add, req.plan.ssh, req.slurm, req.run_id)
-            for stage in req.stages:
-                stage(context)
         bundle = writer.bundle()
         judged = early.judged(bundle)
     finally:
