@@ -94,7 +94,7 @@ def _host_outcome(name: str, verdict, count: int | None, usual: int | None, prob
         data["rails"][p.rail_of(name)][p.other(name)] = {"state": p.state, "gbps": p.gbps, "reps": list(p.reps),
                                                          "reference_gbps": p.reference, "why": p.why,
                                                          "latency_us": p.latency_us}
-    phrases = [f"{b.rail_name}: {_word(b.cause)} {b.detail} ({', '.join(b.partners)})" for b in mine]
+    phrases = [_phrase(b, pairs) for b in mine]
     symptoms = list(dict.fromkeys(b.cause for b in mine))
     if count is not None:
         phrases.append(f"{count} rail(s) where the fleet has {usual}: the rails beyond the shorter list had no partner")
@@ -117,7 +117,17 @@ def _reps(p) -> str:
 
 def _word(cause: str) -> str:
     return {"fabric-rail-slow": "slow", "fabric-rail-flaky": "flaky (slow in some repetitions)",
-            "fabric-rail-unreachable": "no answer", "fabric-path-slow": "slow path"}.get(cause, cause)
+            "fabric-rail-unreachable": "no answer", "fabric-path-slow": "slow"}.get(cause, cause)
+
+
+def _phrase(b, pairs) -> str:
+    """"mlx5_0:1: slow with every partner (gpu02 190 Gb/s, gpu05 188 Gb/s; needs 294)"."""
+    bad = [p for p in pairs if p.rail == b.rail and p.other(b.node) in b.partners]
+    figures = ", ".join(f"{p.other(b.node)} " + (f"{p.gbps:.3g} Gb/s" if p.gbps is not None else "no result")
+                        for p in bad)
+    needs = next((p.reference for p in bad if p.reference), None)
+    said = figures + (f"; needs {needs:.3g}" if needs else "")
+    return f"{b.rail_name}: {_word(b.cause)} {b.detail} ({said})"
 
 
 def _fleet_outcome(verdict, nodes: list[str], records, usual: int | None):

@@ -223,7 +223,8 @@ def _attribute(pairs: Sequence[PairRail]) -> list[Blame]:
                 blames.append(Blame(n, p.rail, p.rail_of(n), SLOW if p.state != "flaky" else FLAKY, (p.other(n),),
                                     "warn", detail))
             continue
-        detail = f"only with each other ({p.state}); both are at speed with other partners: the path between them"
+        detail = (f"only with this partner{' in some repetitions' if p.state == 'flaky' else ''}, both at speed "
+                  "with their other partners: the path between them (cable, switch port)")
         for n in (p.node, p.partner):
             blames.append(Blame(n, p.rail, p.rail_of(n), PATH, (p.other(n),), "warn", detail))
     return blames

@@ -14,6 +14,7 @@ from preflight.model import Analysis
 
 CHECK = "fabric-rails"
 CSS = """
+table.rails { width:auto; } .rails td.cell { min-width:150px; }
 .rails td.cell { text-align:right; white-space:nowrap; font-variant-numeric:tabular-nums; }
 .rails td.m-ok { background:#e6f4ea; } .rails td.m-slow { background:#f9d0cc; font-weight:600; }
 .rails td.m-flaky { background:#fde7c4; font-weight:600; } .rails td.m-unreachable { background:#e8d2ef; }
