@@ -6,8 +6,8 @@
 For each size: the planner's own time (best of 5), its rounds, the pair tests (one per pair and
 round, every rail of the pair at once), the rail tests (pair tests x rails, each run --reps
 times), and the node-minutes the stage holds: every node for every round, each round lasting
-reps x (seconds + SETUP_S) plus one latency test, SETUP_S being the per-test start and teardown
-(server head start and connection; the test bed's measured figure is printed by --sweep).
+reps x (seconds + SETUP_S) plus one latency test, SETUP_S an assumed per-test start and teardown
+(RDMA could not run here; --sweep prints what a whole stage takes on the test bed).
 
 --sweep N builds N simulated hosts (tests/simcluster.py: real sshd in network namespaces) and runs
 `preflight fabric --pair-tool iperf3 --seconds 1 --reps 3 --bitrate 200M` over them, printing its
@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from preflight.fabric.pairing import plan_rail_rounds  # noqa: E402
 
-SETUP_S = 1.5  # per test: the server's head start (0.5 s), connection and teardown
+SETUP_S = 1.5  # per test, assumed: the server's head start (0.2 s), connection, teardown, with a margin for RDMA set-up
 LATENCY_S = 1.0  # one ib_write_lat per rail and round
 
 
