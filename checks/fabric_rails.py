@@ -123,8 +123,8 @@ def _word(cause: str) -> str:
 def _phrase(b, pairs) -> str:
     """"mlx5_0:1: slow with every partner (gpu02 190 Gb/s, gpu05 188 Gb/s; needs 294)"."""
     bad = [p for p in pairs if p.rail == b.rail and p.other(b.node) in b.partners]
-    figures = ", ".join(f"{p.other(b.node)} " + (f"{p.gbps:.3g} Gb/s" if p.gbps is not None else "no result")
-                        for p in bad)
+    figures = ", ".join(f"{p.other(b.node)} " + (f"{p.gbps:.3g} Gb/s" if p.gbps is not None
+                                                 else f"no result: {p.why or 'nothing measured'}") for p in bad)
     needs = next((p.reference for p in bad if p.reference), None)
     said = figures + (f"; needs {needs:.3g}" if needs else "")
     return f"{b.rail_name}: {_word(b.cause)} {b.detail} ({said})"

@@ -9,7 +9,8 @@ Per rail index (rail i of every node: mlx5_0 everywhere, say):
    port's active rate from ibv_devinfo). A TCP interface (the veth of a test bed) has no line
    rate: only the fleet median applies, and the cell says so.
 2. A pair's rail is ``ok`` (no bad repetition), ``slow`` (every one bad), ``flaky`` (some bad,
-   some not) or ``unreachable`` (no repetition ran because the partner side never answered).
+   some not) or ``unreachable`` (no repetition measured: a side never answered, or the tool
+   failed: missing, refused; its reason is kept).
 3. A node whose rail is not ``ok`` with every partner it met (two at least), while one of those
    partners is ``ok`` with somebody else, is the **culprit**: ``fabric-rail-slow``, or
    ``fabric-rail-flaky`` when any of its bad pairs was only sometimes bad, or
@@ -169,7 +170,9 @@ def _pair(group: Sequence[RailRun], fleet_median: float | None, line_floor: floa
     measured = [r.gbps for r in group if r.gbps is not None]
     if not any(bad):
         state = "ok"
-    elif all(r.gbps is None and r.unreachable for r in group):
+    elif all(r.gbps is None for r in group):
+        # Nothing measured: the other side did not answer, or the tool failed (missing, refused):
+        # the rail's test never ran, which is not a figure to call slow.
         state = "unreachable"
     elif all(bad):
         state = "slow"

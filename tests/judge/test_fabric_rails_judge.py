@@ -81,3 +81,13 @@ def test_the_reference_holds_with_two_slow_nodes_of_four():
     j = judge_rails(sweep(lambda a, b, rep: 150.0 if {a, b} & {"n1", "n2"} else 392.0, nodes=NODES[:4],
                           rail=Rail("eth0")))
     assert j.medians[0] == 271.0 and {(b.node, b.cause) for b in j.blames} == {("n1", SLOW), ("n2", SLOW)}
+
+
+def test_a_tool_that_fails_on_a_node_is_not_a_slow_rail():
+    """ib_write_bw missing on n2: its pairs measured nothing (not a partner that did not answer,
+    no figure either); that is a test that never ran, not slowness."""
+    runs = [RailRun(r.node, r.partner, r.rail, r.node_rail, r.partner_rail, r.rep, None,
+                    "bash: line 1: ib_write_bw: command not found", False) if "n2" in (r.node, r.partner) else r
+            for r in sweep(lambda a, b, rep: 392.0)]
+    j = judge_rails(runs)
+    assert blamed(j) == {("n2", UNREACHABLE, "fail")}
