@@ -140,3 +140,24 @@ def test_a_partner_whose_link_is_down_is_a_finding_and_the_rest_is_kept(cluster,
     assert {s for s, _ in found.values()} == {"pass"}
     n1 = next(f for f in rep["findings"] if f["check"] == "fabric-rails" and f["host"] == "n1")
     assert "n5" in n1["summary"] and "n4" in n1["summary"] and "eth0" in n1["summary"]
+
+
+def test_two_rails_a_slow_second_rail_is_named_and_the_first_passes(tmp_path, tmp_path_factory):
+    """Hosts with two links (eth0, eth1: two rails); n2's eth1 shaped, its eth0 not. Only n2's
+    eth1 is blamed, and the matrix marks that one cell."""
+    hosts = ["n1", "n2", "n3", "n4"]
+    with SimCluster([SimHost(h) for h in hosts], tmp_path_factory.mktemp("two-rails"), rails=2) as two:
+        with slow_host(two, "n2", rate="20mbit", rail=1):
+            code = main(["fabric", "--hosts", str(two.hosts_file), "--ssh-config", str(two.ssh_config),
+                         "--known-hosts", str(two.known_hosts), "--identity", str(two.identity), "--out",
+                         str(tmp_path), "--run-id", "two", "-q", "--no-db", "--pair-tool", "iperf3", "--seconds", "1",
+                         "--reps", "1", "--bitrate", "200M"])
+    rep = report(tmp_path, "two")
+    found = host_findings(rep)
+    assert code == 1 and found.pop("n2") == ("fail", ("fabric-rail-slow",))
+    assert {s for s, _ in found.values()} == {"pass"}
+    n2 = next(f for f in rep["findings"] if f["check"] == "fabric-rails" and f["host"] == "n2")
+    assert n2["summary"].startswith("eth1: slow with every partner") and "eth0" not in n2["summary"]
+    fleet = next(f for f in rep["findings"] if f["check"] == "fabric-rails" and f["host"] is None)
+    assert fleet["data"]["rail_names"] == ["eth0", "eth1"]
+    assert [c["state"] for c in fleet["data"]["matrix"]["n2"]] == ["ok", "slow"]
