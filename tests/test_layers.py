@@ -4,7 +4,7 @@ cycle appears, or when an import hides inside a function without a heavy optiona
 as the reason.
 
 The order is the data's, from the bottom up: the records and contracts every stage shares,
-then pure parsing and knowledge, then collecting and storing evidence, judging, the results
+then pure parsing and knowledge, the fabric tests' plans, then collecting and storing evidence, judging, the results
 store (finished reports in, history out; it shares the judgement's rules of time), diagnosing,
 reporting, and the drivers (soak, the command line, the pytest plugin). ``node`` sits apart:
 it is shipped to nodes and imports nothing of preflight.
@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("model", "contracts", "shipped", "printable"),
     ("parse",),
     ("knowledge",),
+    ("fabric",),
     ("collect",),
     ("evidence",),
     ("judge", "check", "plugin"),

@@ -22,6 +22,7 @@ from preflight.app import (
     baseline,
     dcgm_options,
     drain_cli,
+    fabric_cli,
     healthcheck,
     lifecycle_cli,
     listing_cli,
@@ -216,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default /var/lib/preflight/prolog)")
     store_cli.add_options(pl)
 
+    fabric_cli.add_parser(sub, _report_options, store_cli.add_options)
     drain_cli.add_parsers(sub)
     store_cli.add_parser(sub)
     lifecycle_cli.add_parser(sub)
@@ -328,6 +330,18 @@ def cmd_run(args, console: Console) -> int:
         with Live(console=console, transient=True, refresh_per_second=2,
                   get_renderable=lambda: render_progress(tracker.snapshot(), len(req.plan.probes))):
             run_dir, analysis = execute(req, tracker.record, lambda j: tracker.judged(j.host, j.status))
+    if not args.quiet:
+        terminal.show(analysis, console, str(run_dir))
+    _report_extras(args, run_dir, analysis, baseline, console)
+    store_cli.record_report(store, run_dir, console)
+    return EXIT_FAILED if analysis.failed else EXIT_OK
+
+
+def cmd_fabric(args, console: Console) -> int:
+    """``preflight fabric``: a run whose stage is the rail stage (preflight/app/fabric_cli.py)."""
+    baseline = _report_inputs(args)
+    store = store_cli.store_of(args)
+    run_dir, analysis = execute(fabric_cli.fabric_request(args))
     if not args.quiet:
         terminal.show(analysis, console, str(run_dir))
     _report_extras(args, run_dir, analysis, baseline, console)
@@ -549,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     # Error messages name files and options: never folded inside a path, whatever the width.
     err = Console(stderr=True, soft_wrap=True, emoji=False)
 
-    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": listing_cli.cmd_checks,
+    handlers = {"run": cmd_run, "fabric": cmd_fabric, "analyze": cmd_analyze, "checks": listing_cli.cmd_checks,
                 "facts": listing_cli.cmd_facts, "soak": soak_cli.cmd_soak, "explain": listing_cli.cmd_explain,
                 "diff": cmd_diff, "merge": cmd_merge,
                 "baseline": cmd_baseline,
