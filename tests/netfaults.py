@@ -27,10 +27,12 @@ def _clear(netns: str | None, dev: str) -> None:
 
 
 @contextlib.contextmanager
-def slow_host(cluster: SimCluster, name: str, rate: str = "20mbit") -> Iterator[None]:
-    """Every byte to or from ``name`` at ``rate``: a NIC, cable or switch port slow with any partner."""
-    netns, port = cluster.namespaces[name], cluster.link_of(name)
-    shaped = [(netns, "eth0"), (None, port)]
+def slow_host(cluster: SimCluster, name: str, rate: str = "20mbit", rail: int = 0) -> Iterator[None]:
+    """Every byte to or from ``name`` at ``rate``: a NIC, cable or switch port slow with any partner.
+    ``rail``: which of the host's links (``eth<rail>``, a cluster made with ``rails=``); the others
+    stay at full speed."""
+    netns, port = cluster.namespaces[name], cluster.link_of(name, rail)
+    shaped = [(netns, f"eth{rail}"), (None, port)]
     try:
         for ns, dev in shaped:
             _tc(ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", "32kbit",

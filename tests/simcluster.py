@@ -1,7 +1,8 @@
 """A simulated GPU cluster on this machine, for end-to-end tests over real SSH.
 
 Each simulated host is a network namespace holding one end of a veth pair whose other end is a
-port of a bridge in the root namespace. Addresses are loopback addresses: host N of a cluster is
+port of a bridge in the root namespace (``eth0``; with ``rails=R``, R-1 more links ``eth1``... on
+bridges of their own, each rail its own subnet 127.(77+r).K.0/24, for the fabric tests' rails). Addresses are loopback addresses: host N of a cluster is
 127.77.K.N/24 and the bridge is 127.77.K.254. They are routable because both ends set
 `route_localnet=1` and add `127.77.K.0/24` to the `local` routing table, where it is more specific
 than `127.0.0.0/8 dev lo`; no packet can leave the machine (IPv6 is switched off on these links so
@@ -94,9 +95,10 @@ class _Resources:
     """What one cluster creates outside its files, as recorded in its lease file."""
 
     bridge: str
-    links: tuple[str, ...]
+    links: tuple[str, ...]  # the hosts' eth0 ends, in host order, then each extra rail's
     netns: tuple[str, ...]
     simdir: str
+    rail_bridges: tuple[str, ...] = ()  # one bridge per extra rail (eth1, eth2, ...)
 
 
 class SimCluster:
@@ -108,24 +110,28 @@ class SimCluster:
     (for `ip netns exec`), and `address(name)`.
     """
 
-    def __init__(self, hosts: list[SimHost], workdir: Path):
+    def __init__(self, hosts: list[SimHost], workdir: Path, rails: int = 1):
         _check_hosts(hosts)
+        if not 1 <= rails <= 8:
+            raise SimClusterError(f"rails={rails}: a simulated host has 1 to 8 links")
         self.hosts = tuple(hosts)
+        self.rails = rails
         self.workdir = Path(workdir)
         self._number = {host.name: n for n, host in enumerate(hosts, start=1)}
         self._lease: _Lease | None = None
         self._resources: _Resources | None = None
 
-    def address(self, name: str) -> str:
+    def address(self, name: str, rail: int = 0) -> str:
+        """The host's address on ``eth<rail>``."""
         if self._lease is None:
             raise SimClusterError("the cluster is not started: enter it first")
-        return f"{_NET}.{self._lease.subnet}.{self._number[name]}"
+        return f"{_rail_net(rail)}.{self._lease.subnet}.{self._number[name]}"
 
-    def link_of(self, name: str) -> str:
-        """The root namespace's end of the host's veth pair (the bridge port toward the host)."""
+    def link_of(self, name: str, rail: int = 0) -> str:
+        """The root namespace's end of the host's veth pair on ``eth<rail>`` (the bridge port toward the host)."""
         if self._resources is None:
             raise SimClusterError("the cluster is not started: enter it first")
-        return self._resources.links[self._number[name] - 1]
+        return self._resources.links[rail * len(self.hosts) + self._number[name] - 1]
 
     def workdir_of(self, name: str) -> Path:
         """The host's own directory: its shims (bin/), sshd config, keys and `sshd.pid`."""
@@ -162,9 +168,11 @@ class SimCluster:
         numbers = range(1, len(self.hosts) + 1)
         self._resources = _Resources(
             bridge=f"sc{subnet}b{pid}",
-            links=tuple(f"sc{subnet}v{n}" for n in numbers),
+            links=tuple(f"sc{subnet}v{n}" for n in numbers)
+            + tuple(f"sc{subnet}r{r}v{n}" for r in range(1, self.rails) for n in numbers),
             netns=tuple(f"simcluster-{pid}-{subnet}-{n}" for n in numbers),
             simdir=str(simdir),
+            rail_bridges=tuple(f"sc{subnet}c{r}{pid}" for r in range(1, self.rails)),
         )
         self._lease.record(self._resources)
         self.bridge = self._resources.bridge
@@ -198,7 +206,8 @@ class SimCluster:
         shadow = _unlocked_shadow(simdir)
         subnet = self._lease.subnet
         for host in self.hosts:
-            _write_host(host, host_dirs[host.name], self.address(host.name), subnet, authorized_keys, shadow)
+            _write_host(host, host_dirs[host.name], self.address(host.name), subnet, authorized_keys, shadow,
+                        self.rails)
         self.known_hosts.write_text("".join(
             f"{h.name},{self.address(h.name)} {_public_key(host_dirs[h.name] / 'ssh_host_ed25519_key')}\n"
             for h in self.hosts
@@ -344,7 +353,7 @@ def _recordings(host: SimHost) -> dict[str, list[tuple[list[str], list[Reply]]]]
 
 
 def _write_host(host: SimHost, hostdir: Path, address: str, subnet: int, authorized_keys: Path,
-                shadow: Path | None) -> None:
+                shadow: Path | None, rails: int = 1) -> None:
     bin_dir, replies_dir, state_dir = hostdir / "bin", hostdir / "replies", hostdir / "state"
     for directory in (bin_dir, replies_dir, state_dir):
         directory.mkdir(parents=True)
@@ -361,7 +370,7 @@ def _write_host(host: SimHost, hostdir: Path, address: str, subnet: int, authori
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
     (hostdir / "sshd_config").write_text(_sshd_config(hostdir, address, authorized_keys))
-    (hostdir / "up.sh").write_text(_up_script(host, hostdir, address, subnet, shadow))
+    (hostdir / "up.sh").write_text(_up_script(host, hostdir, address, subnet, shadow, rails))
 
 
 def _shim(host: str, tool: str, recordings: list[tuple[list[str], list[Reply]]],
@@ -455,7 +464,7 @@ def _sshd_config(hostdir: Path, address: str, authorized_keys: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _up_script(host: SimHost, hostdir: Path, address: str, subnet: int, shadow: Path | None) -> str:
+def _up_script(host: SimHost, hostdir: Path, address: str, subnet: int, shadow: Path | None, rails: int = 1) -> str:
     """Shell script run inside the host's network namespace, under `unshare --mount --uts`."""
     q = shlex.quote
     lines = [
@@ -470,6 +479,14 @@ def _up_script(host: SimHost, hostdir: Path, address: str, subnet: int, shadow: 
         "ip link set eth0 up",
         f"ip route add table local {_NET}.{subnet}.0/24 dev eth0",
     ]
+    number = address.rsplit(".", 1)[1]
+    for r in range(1, rails):
+        dev, net = f"eth{r}", _rail_net(r)
+        if Path("/proc/sys/net/ipv6").exists():
+            lines.append(f"echo 1 >/proc/sys/net/ipv6/conf/{dev}/disable_ipv6")
+        lines += [f"ip addr add {net}.{subnet}.{number}/24 dev {dev}",
+                  f"echo 1 >/proc/sys/net/ipv4/conf/{dev}/route_localnet", f"ip link set {dev} up",
+                  f"ip route add table local {net}.{subnet}.0/24 dev {dev}"]
     if host.down:
         return "\n".join(lines) + "\n"
     lines.append(f"mount --bind {q(str(hostdir / 'bin'))} /usr/local/bin")
@@ -531,20 +548,32 @@ def _public_key(private_key: Path) -> str:
 
 def _network_up(res: _Resources, subnet: int) -> None:
     # Links are created down, so no frame (not even IPv6 link-local) is sent before IPv6 is off.
-    create = [f"link add {res.bridge} type bridge"]
-    for link, netns in zip(res.links, res.netns, strict=True):
-        create += [f"netns add {netns}", f"link add {link} type veth peer name eth0 netns {netns}"]
+    bridges = (res.bridge, *res.rail_bridges)
+    hosts = len(res.netns)
+    create = [f"link add {bridge} type bridge" for bridge in bridges]
+    create += [f"netns add {netns}" for netns in res.netns]
+    for i, link in enumerate(res.links):
+        create.append(f"link add {link} type veth peer name eth{i // hosts} netns {res.netns[i % hosts]}")
     _ip_batch(create)
-    for dev in (res.bridge, *res.links):
+    for dev in (*bridges, *res.links):
         ipv6 = Path(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6")
         if ipv6.exists():
             ipv6.write_text("1\n")
-    Path(f"/proc/sys/net/ipv4/conf/{res.bridge}/route_localnet").write_text("1\n")
-    _ip_batch(
-        [f"addr add {_NET}.{subnet}.{_BRIDGE_HOST}/24 dev {res.bridge}", f"link set {res.bridge} up",
-         f"route add table local {_NET}.{subnet}.0/24 dev {res.bridge}"]
-        + [f"link set {link} master {res.bridge} up" for link in res.links]
-    )
+    for bridge in bridges:
+        Path(f"/proc/sys/net/ipv4/conf/{bridge}/route_localnet").write_text("1\n")
+    up = []
+    for r, bridge in enumerate(bridges):
+        net = _rail_net(r)
+        up += [f"addr add {net}.{subnet}.{_BRIDGE_HOST}/24 dev {bridge}", f"link set {bridge} up",
+               f"route add table local {net}.{subnet}.0/24 dev {bridge}"]
+    up += [f"link set {link} master {bridges[i // hosts]} up" for i, link in enumerate(res.links)]
+    _ip_batch(up)
+
+
+def _rail_net(rail: int) -> str:
+    """The first two octets of rail ``rail``'s subnets: 127.77 for eth0, 127.78 for eth1, ..."""
+    first, second = _NET.split(".")
+    return f"{first}.{int(second) + rail}"
 
 
 def _wait_for_sshd(host_dirs: dict[str, Path]) -> None:
@@ -571,7 +600,7 @@ def _remove(res: _Resources) -> list[str]:
     # times faster than deleting the links; a link still there after that (its namespace is kept
     # alive from elsewhere) is deleted by name.
     errors = _ip_force([f"netns del {netns}" for netns in res.netns if Path(f"/run/netns/{netns}").exists()]
-                       + [f"link del {dev}" for dev in (res.bridge,) if _link_exists(dev)])
+                       + [f"link del {dev}" for dev in (res.bridge, *res.rail_bridges) if _link_exists(dev)])
     deadline = time.monotonic() + 2
     while any(map(_link_exists, res.links)) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -580,7 +609,7 @@ def _remove(res: _Resources) -> list[str]:
     if simdir.name.startswith("simcluster-"):
         shutil.rmtree(simdir, ignore_errors=True)
     leftovers = [f"process {pid}" for pid in survivors]
-    leftovers += [f"link {dev}" for dev in (*res.links, res.bridge) if _link_exists(dev)]
+    leftovers += [f"link {dev}" for dev in (*res.links, res.bridge, *res.rail_bridges) if _link_exists(dev)]
     leftovers += [f"netns {netns}" for netns in res.netns if Path(f"/run/netns/{netns}").exists()]
     leftovers += [f"directory {simdir}"] if simdir.exists() else []
     if leftovers and errors:

@@ -4,7 +4,7 @@ cycle appears, or when an import hides inside a function without a heavy optiona
 as the reason.
 
 The order is the data's, from the bottom up: the records and contracts every stage shares,
-then pure parsing and knowledge, then collecting and storing evidence, judging, the results
+then pure parsing and knowledge, the fabric tests' plans, then collecting and storing evidence, judging, the results
 store (finished reports in, history out; it shares the judgement's rules of time), diagnosing,
 reporting, and the drivers (soak, the command line, the pytest plugin). ``node`` sits apart:
 it is shipped to nodes and imports nothing of preflight.
@@ -23,7 +23,7 @@ PACKAGE = ROOT / "preflight"
 # Lowest first; a module may import its own layer and the ones before it.
 LAYERS: list[tuple[str, ...]] = [
     ("node",),
-    ("model", "contracts", "shipped"),
+    ("model", "contracts", "shipped", "printable"),
     ("parse",),
     ("knowledge",),
     ("fabric",),

@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet
@@ -24,6 +23,7 @@ from preflight.app import (
     collective_options,
     dcgm_options,
     drain_cli,
+    fabric_cli,
     healthcheck,
     lifecycle_cli,
     listing_cli,
@@ -220,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default /var/lib/preflight/prolog)")
     store_cli.add_options(pl)
 
+    fabric_cli.add_parser(sub, _report_options, store_cli.add_options)
     drain_cli.add_parsers(sub)
     store_cli.add_parser(sub)
     lifecycle_cli.add_parser(sub)
@@ -294,7 +295,7 @@ def run_request(args):
         checks = [c for c in checks if not all(p in PROBES and PROBES[p].active for p in c.probes)]
     profiles = _load_profiles(args)
     kb = load_knowledge()
-    run_id = targets.run_id_of(args, new_run_id())
+    run_id = targets.run_id_of(args, new_run_id(local_host_name()))
     ssh = targets.ssh_of(args)
     nccl = NcclOptions(args.nccl_reps, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir,
                        setup_timeout_s=args.timeout)
@@ -339,12 +340,24 @@ def cmd_run(args, console: Console) -> int:
     return EXIT_FAILED if analysis.failed else EXIT_OK
 
 
+def cmd_fabric(args, console: Console) -> int:
+    """``preflight fabric``: a run whose stage is the rail stage (preflight/app/fabric_cli.py)."""
+    baseline = _report_inputs(args)
+    store = store_cli.store_of(args)
+    run_dir, analysis = execute(fabric_cli.fabric_request(args))
+    if not args.quiet:
+        terminal.show(analysis, console, str(run_dir))
+    _report_extras(args, run_dir, analysis, baseline, console)
+    store_cli.record_report(store, run_dir, console)
+    return EXIT_FAILED if analysis.failed else EXIT_OK
+
+
 def analyze_saved(args):
     """``analyze`` without the terminal: judge the saved bundle, write the reports; return the
     report directory and the analysis (shared with the pytest plugin)."""
 
     root = _bundle_root(args.bundle)
-    run_id = "analyze-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_id = "analyze-" + new_run_id(local_host_name())
     out = targets.out_dir_of(args) / run_id
     if _is_soak_dir(root):
         return out, _analyze_soak(root, out, args)
@@ -460,7 +473,7 @@ def cmd_merge(args, console: Console) -> int:
     profiles = _load_profiles(args)
     kb = load_knowledge()
     histories = store_cli.histories_for(store, list(plan.hosts), console) if args.history else None
-    run_id = targets.run_id_of(args, "merge-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
+    run_id = targets.run_id_of(args, "merge-" + new_run_id(local_host_name()))
     run_dir = targets.out_dir_of(args) / run_id
     created = min(b.created for b in sources)
     write_merged(plan, run_dir / "bundle", created,
@@ -547,11 +560,13 @@ def cmd_diff(args, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console()
+    # No emoji codes: text from nodes and the store holds colons (a PCI bus id 00000000:AB:00.0
+    # is no :ab: emoji), and every line printed is data or about data (preflight.printable).
+    console = Console(emoji=False)
     # Error messages name files and options: never folded inside a path, whatever the width.
-    err = Console(stderr=True, soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True, emoji=False)
 
-    handlers = {"run": cmd_run, "analyze": cmd_analyze, "checks": listing_cli.cmd_checks,
+    handlers = {"run": cmd_run, "fabric": cmd_fabric, "analyze": cmd_analyze, "checks": listing_cli.cmd_checks,
                 "facts": listing_cli.cmd_facts, "soak": soak_cli.cmd_soak, "explain": listing_cli.cmd_explain,
                 "diff": cmd_diff, "merge": cmd_merge,
                 "baseline": cmd_baseline,

@@ -31,7 +31,8 @@ from preflight.parse.slurm import NodeState
 
 CONFIDENCE = ("high", "medium", "low")
 # Causes that are about reaching or running on the node, not about the node: never a drain.
-NOT_THE_NODE = frozenset({"host-unreachable", "slurm-node-unavailable", "run-incomplete", "tool-missing"})
+NOT_THE_NODE = frozenset({"host-unreachable", "slurm-node-unavailable", "run-incomplete", "tool-missing",
+                          "fabric-path-slow"})  # the link between two nodes (preflight fabric), neither node
 REASON_MAX = 200  # Slurm keeps long reasons, but sinfo -R and the logs cut them
 
 

@@ -92,7 +92,7 @@ def run_healthcheck(probes, checks, profiles, kb, out: Path, budget_s: float, no
     """``mode`` names the runs kept on disk: ``healthcheck``, or ``prolog`` (which never drains:
     Slurm drains the node itself when a prolog fails)."""
     name = node or os.environ.get("SLURMD_NODENAME") or local_host_name().split(".")[0]
-    run_id = f"{mode}-" + new_run_id()
+    run_id = f"{mode}-" + new_run_id(name)
     run_dir = out / run_id
     started_at = time.time()
     created = datetime.fromtimestamp(started_at, timezone.utc).isoformat(timespec="seconds")

@@ -1,16 +1,20 @@
 """``preflight history`` on a terminal: a node's timeline, or the fleet's four answers, as
-plain lines (one record per line, so a pipe to grep keeps each whole)."""
+plain lines (one record per line, so a pipe to grep keeps each whole). Every value read from
+the store is shown through ``printable``: a node name holding ESC, CR or a newline is shown as
+its escapes, so it can neither drive the terminal nor start a line of its own."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
-PLAIN = {"markup": False, "highlight": False, "soft_wrap": True}
+from preflight.printable import printable as _p
+
+PLAIN = {"markup": False, "highlight": False, "soft_wrap": True, "emoji": False}
 _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "error": "ERROR"}
 
 
 def _figures(figures: dict) -> str:
-    return ", ".join(f"{k} {v:g}" for k, v in sorted(figures.items()))
+    return ", ".join(f"{_p(k)} {v:g}" for k, v in sorted(figures.items()))
 
 
 def show(result: dict, console: Console, fleet: bool) -> None:
@@ -20,33 +24,36 @@ def show(result: dict, console: Console, fleet: bool) -> None:
 def show_node(h: dict, console: Console) -> None:
     runs, events = h["runs"], h["events"]
     bad = sum(1 for r in runs if r["status"] in ("fail", "error"))
-    console.print(f"{h['node']}: {len(runs)} run(s) since {h['since']}, {bad} failing; {len(events)} event(s)", **PLAIN)
+    console.print(f"{_p(h['node'])}: {len(runs)} run(s) since {_p(h['since'])}, {bad} failing; "
+                  f"{len(events)} event(s)", **PLAIN)
     lines = [(r["started"], "run", r) for r in runs] + [(e["at"], "event", e) for e in events]
     for when, what, item in sorted(lines, key=lambda x: (x[0] or "", x[1])):
         if what == "event":
-            console.print(f"  {when}  {item['kind'].upper():<5} by {item['actor']}: {item['reason']}"
-                          + (f" (run {item['run_id']})" if item["run_id"] else ""), **PLAIN)
+            console.print(f"  {_p(when)}  {_p(item['kind'].upper()):<5} by {_p(item['actor'])}: {_p(item['reason'])}"
+                          + (f" (run {_p(item['run_id'])})" if item["run_id"] else ""), **PLAIN)
             continue
-        causes = ", ".join(c["cause"] for c in item["causes"])
-        checks = ", ".join(f["check"] for f in item["findings"] if f["status"] in ("fail", "error"))
-        console.print(f"  {when}  {_MARK.get(item['status'], item['status']):<5} {item['kind']:<11} {item['run_id']}"
+        causes = _p(", ".join(c["cause"] for c in item["causes"]))
+        checks = _p(", ".join(f["check"] for f in item["findings"] if f["status"] in ("fail", "error")))
+        console.print(f"  {_p(when)}  {_p(_MARK.get(item['status'], item['status'])):<5} {_p(item['kind']):<11} "
+                      f"{_p(item['run_id'])}"
                       + (f"  causes: {causes}" if causes else (f"  failed: {checks}" if checks else ""))
                       + (f"  [{_figures(item['figures'])}]" if item["figures"] else ""), **PLAIN)
 
 
 def show_fleet(f: dict, console: Console) -> None:
-    console.print(f"fleet since {f['since']}: {f['runs']} run(s), {f['host_runs']} host-run(s), {f['nodes']} node(s)",
-                  **PLAIN)
+    console.print(f"fleet since {_p(f['since'])}: {f['runs']} run(s), {f['host_runs']} host-run(s), "
+                  f"{f['nodes']} node(s)", **PLAIN)
     console.print(f"repeat offenders ({len(f['repeat_offenders'])}):", **PLAIN)
     for r in f["repeat_offenders"]:
-        console.print(f"  {r['node']}  {r['cause']}  {r['count']} incidents, {r['first']} .. {r['last']}", **PLAIN)
+        console.print(f"  {_p(r['node'])}  {_p(r['cause'])}  {r['count']} incidents, "
+                      f"{_p(r['first'])} .. {_p(r['last'])}", **PLAIN)
     console.print(f"flapping ({len(f['flapping'])}):", **PLAIN)
     for r in f["flapping"]:
-        console.print(f"  {r['node']}  {r['check']}  {r['transitions']} changes in {r['runs']} runs "
+        console.print(f"  {_p(r['node'])}  {_p(r['check'])}  {r['transitions']} changes in {r['runs']} runs "
                       f"({r['failures']} failing)", **PLAIN)
     console.print(f"degrading ({len(f['degrading'])}):", **PLAIN)
     for r in f["degrading"]:
-        console.print(f"  {r['node']}  {r['figure']}  {r['recent']:g} against its own {r['baseline']:g} "
+        console.print(f"  {_p(r['node'])}  {_p(r['figure'])}  {r['recent']:g} against its own {r['baseline']:g} "
                       f"({r['change_pct']:+.1f} %, {r['sigmas']:.1f} x the fleet's run-to-run spread of "
                       f"{r['spread_pct']:.2f} %; fleet median {r['fleet_median']})", **PLAIN)
     failing = [r for r in f["rates"] if r["failures"]]
@@ -56,4 +63,5 @@ def show_fleet(f: dict, console: Console) -> None:
         kind = "check" if "check" in r else "cause"
         mtbf = f"MTBF {r['mtbf_h']:g} h" if r["mtbf_h"] is not None else "MTBF -"
         runs = f" of {r['runs']} host-runs" if r["runs"] else ""
-        console.print(f"  {kind} {key}: {r['failures']} failing{runs}, {r['incidents']} incident(s), {mtbf}", **PLAIN)
+        console.print(f"  {kind} {_p(key)}: {r['failures']} failing{runs}, {r['incidents']} incident(s), {mtbf}",
+                      **PLAIN)

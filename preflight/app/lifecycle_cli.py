@@ -25,14 +25,17 @@ from preflight.collect.slurm_job import SlurmUsageError
 from preflight.collect.ssh import SshNode
 from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.diagnose.engine import load_knowledge
+from preflight.judge.loader import load_checks
+from preflight.knowledge.datafile import LONGEST_S, positive
 from preflight.lifecycle import controller, effects, policy, rma
 from preflight.lifecycle.machine import STATES
+from preflight.printable import printable as _p
 from preflight.store import Store
 from preflight.store import lifecycle as kept
-from preflight.store.read import UnknownNode, Window, node_history
+from preflight.store.read import UnknownNode, node_history, up_to_latest
 from preflight.store.rows import iso
 
-PLAIN = {"markup": False, "highlight": False, "soft_wrap": True}
+PLAIN = {"markup": False, "highlight": False, "soft_wrap": True, "emoji": False}
 
 
 def add_parser(sub) -> None:
@@ -47,7 +50,10 @@ def add_parser(sub) -> None:
     lc.add_argument("node", nargs="?", help="one node (with --clear)")
     lc.add_argument("--once", action="store_true", help="one pass over the fleet: decide and act")
     lc.add_argument("--watch", action="store_true", help="a pass every --interval seconds until stopped")
-    lc.add_argument("--interval", type=float, default=300.0, metavar="S", help="--watch: seconds between passes")
+    # NaN or a negative number once made a loop without a pause (some 150 passes a second
+    # against the store), and infinity a traceback: finite, above zero, at most a week.
+    lc.add_argument("--interval", type=positive(float, LONGEST_S), default=300.0, metavar="S",
+                    help="--watch: seconds between passes (at most a week; default 300)")
     lc.add_argument("--slurm", action="store_true", help="read node states from Slurm and act through scontrol "
                     "(default: no scheduler; the steps that need one are reported for a person)")
     lc.add_argument("--dry-run", action="store_true", help="print the plan; record and change nothing")
@@ -75,7 +81,7 @@ def add_parser(sub) -> None:
 
 
 def _store(args, create: bool) -> Store:
-    return Store.open(store_cli.required_url(args), create=create)
+    return store_cli.open_required(args, create=create)
 
 
 def _listing(store: Store, now: float) -> dict:
@@ -92,35 +98,36 @@ def _show_listing(listing: dict, console: Console) -> None:
     for state, nodes in listing["states"].items():
         if not nodes:
             continue
-        console.print(f"{state} ({len(nodes)}):", **PLAIN)
+        console.print(f"{_p(state)} ({len(nodes)}):", **PLAIN)
         for n in nodes:
             hours = n["for_s"] / 3600
-            console.print(f"  {n['node']}  for {hours:.1f} h" + (f"  {n['cause']}" if n["cause"] else "")
-                          + (f"  ({n['step']})" if n["step"] else "") + (f"  run {n['run_id']}" if n["run_id"] else ""),
-                          **PLAIN)
+            console.print(f"  {_p(n['node'])}  for {hours:.1f} h" + (f"  {_p(n['cause'])}" if n["cause"] else "")
+                          + (f"  ({_p(n['step'])})" if n["step"] else "")
+                          + (f"  run {_p(n['run_id'])}" if n["run_id"] else ""), **PLAIN)
 
 
 def _show_pass(p: controller.Pass, console: Console, dry_run: bool) -> None:
     if p.lock_holder:
-        console.print(f"another lifecycle holds the store's lock ({p.lock_holder}): nothing done", **PLAIN)
+        console.print(f"another lifecycle holds the store's lock ({_p(p.lock_holder)}): nothing done", **PLAIN)
         return
     if p.took_over:
-        console.print(f"took over the store's lock from {p.took_over}, which no longer runs", **PLAIN)
+        console.print(f"took over the store's lock from {_p(p.took_over)}, which no longer runs", **PLAIN)
     for o in p.outcomes:
         if o.waiting:
-            console.print(f"{o.node}: waiting: {o.waiting}", **PLAIN)
+            console.print(f"{_p(o.node)}: waiting: {_p(o.waiting)}", **PLAIN)
         if not o.step.moved:
             continue
         verb = "would " if dry_run else ""
         actions = ", ".join(f"{a.kind}" + (f" ({a.reason})" if a.reason else "") for a in o.step.actions)
-        console.print(f"{o.node}: {verb}{o.step.why}" + (f"; {verb}{actions}" if actions else ""), **PLAIN)
+        console.print(f"{_p(o.node)}: {verb}{_p(o.step.why)}" + (f"; {verb}{_p(actions)}" if actions else ""),
+                      **PLAIN)
         for line in o.done:
             if line.startswith("for a person"):
-                console.print(f"  {line}", **PLAIN)
+                console.print(f"  {_p(line)}", **PLAIN)
         if o.refused:
-            console.print(f"  not done: {o.refused}", **PLAIN)
+            console.print(f"  not done: {_p(o.refused)}", **PLAIN)
     if p.stopped:
-        console.print(f"stopped: {p.stopped}", **PLAIN)
+        console.print(f"stopped: {_p(p.stopped)}", **PLAIN)
 
 
 def _pass_json(p: controller.Pass) -> dict:
@@ -148,7 +155,7 @@ def cmd_lifecycle(args, console: Console) -> int:
         print(json.dumps(listing, indent=1)) if args.json else _show_listing(listing, console)
         return EXIT_OK
     try:
-        pol, timings = policy.load(args.site, set(load_knowledge().causes))
+        pol, timings = policy.load(args.site, set(load_knowledge().causes), {c.id for c in load_checks()})
     except policy.PolicyError as exc:
         raise UsageError(str(exc)) from None
     hosts = {h.name: h for h in targets.hosts_of(args)}
@@ -206,10 +213,10 @@ def _one_pass(args, store: Store, pol, timings, console: Console, hosts: dict, s
 def _rma(args, console: Console) -> int:
     if not args.node:
         raise UsageError("--rma: name the NODE")
-    window = Window(store_cli.since_of(args.since), time.time())
+    since = store_cli.since_of(args.since)
     with _store(args, create=False) as store:
         try:
-            timeline = node_history(store, args.node, window)
+            timeline = node_history(store, args.node, up_to_latest(store, since))
         except UnknownNode as exc:
             raise UsageError(str(exc)) from None
         state = kept.node_states(store).get(args.node)
@@ -240,5 +247,5 @@ def _clear(args, console: Console) -> int:
                        {"kind": "transition", "actor": store_cli.actor(), "at": now,
                         "reason": f"-> healthy: cleared by a person: {args.reason or 'no reason given'}",
                         "detail": {"from": before, "to": "healthy"}})
-    console.print(f"{args.node}: {before} -> healthy (cleared by {store_cli.actor()})", **PLAIN)
+    console.print(f"{_p(args.node)}: {_p(before)} -> healthy (cleared by {_p(store_cli.actor())})", **PLAIN)
     return EXIT_OK

@@ -25,6 +25,7 @@ from preflight.collect.probes import PROBES, Probe
 from preflight.collect.shards import auto_workers, run_sharded
 from preflight.collect.slurm_fleet import prepare, run_slurm
 from preflight.collect.slurm_job import SlurmOptions
+from preflight.collect.stage import Stage, StageContext
 from preflight.diagnose.analysis import analyze
 from preflight.diagnose.engine import KnowledgeBase
 from preflight.evidence.bundle import FLEET_HOST, BundleWriter, host_reachability
@@ -67,6 +68,9 @@ class RunRequest:
     slurm: SlurmOptions | None = None  # --slurm: the hosts are Slurm nodes, probed by srun tasks
     # --history: the nodes' past from the results store, for the checks that read it
     histories: Mapping[str, HostHistory] | None = None
+    # Stages that run across the hosts after their own probes, in order (`preflight fabric`'s
+    # rail stage; the collective's bisection after it). Each gets the reached hosts' evidence.
+    stages: tuple[Stage, ...] = ()
 
 
 def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = None,
@@ -112,6 +116,13 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
             run_node(LocalNode(names[0]), req.plan, on_result)
         else:
             run_sharded(req.hosts, req.plan, on_result, req.plan.workers or auto_workers(len(req.hosts)))
+        # The run's stages (the rails of `preflight fabric`), before the collective across them.
+        if req.stages and not local:
+            bundle = writer.bundle()
+            reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}
+            context = StageContext(req.hosts, reached, writer.add, req.plan.ssh, req.slurm, req.run_id)
+            for stage in req.stages:
+                stage(context)
         if req.multinode and not local:
             bundle = writer.bundle()
             reached = {h.name: bundle.probes_of(h.name) for h in req.hosts if host_reachability(bundle, h.name)[0]}

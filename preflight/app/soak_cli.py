@@ -155,7 +155,7 @@ def plan_from_args(args, local_name: str, run_id: str | None = None) -> SoakPlan
     if engine == "endpoint" and not args.endpoint:
         raise UsageError("--engine endpoint needs --endpoint URL")
     serve_args = serving_args(args, engine)
-    run_id = targets.run_id_of(args, run_id or new_run_id())
+    run_id = targets.run_id_of(args, run_id or new_run_id(local_name))
     if args.interval < 0.1:
         raise UsageError("--interval: at most 10 samples a second (>= 0.1 s)")
     ssh = targets.ssh_of(args)

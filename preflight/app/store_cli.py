@@ -14,6 +14,8 @@ import getpass
 import json
 import os
 import re
+import shlex
+import stat
 import sys
 import time
 from datetime import datetime, timezone
@@ -25,14 +27,16 @@ from preflight.app import history_view
 from preflight.app.errors import UsageError
 from preflight.contracts import EXIT_OK
 from preflight.judge.trends import Policy
+from preflight.knowledge.datafile import positive
 from preflight.report.files import write_atomic
 from preflight.report.fleet_html import render_fleet
 from preflight.store import Store, StoreError, StoreUrl, StoreUrlError, chosen, location
-from preflight.store.read import UnknownNode, Window, fleet, host_histories, node_history
+from preflight.store.db import Recorded
+from preflight.store.read import UnknownNode, Window, fleet, host_histories, node_history, up_to_latest
 from preflight.store.rows import ReportShapeError, rows_of
 from preflight.store.series import fleet_series
 
-PLAIN = {"markup": False, "highlight": False, "soft_wrap": True}
+PLAIN = {"markup": False, "highlight": False, "soft_wrap": True, "emoji": False}
 WRITE_TIMEOUT_S = 10.0  # a store slower than this is skipped with a warning: the verdict is already on disk
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -78,20 +82,59 @@ def histories_for(url: StoreUrl | None, nodes: list[str], console: Console, excl
 
 
 def command_line(argv: list[str] | None = None) -> str:
-    """The command as typed, with any store URL's password masked."""
+    """The command as typed, with every password masked: a URL's anywhere in a word, so that
+    ``--db URL``, ``--db=URL``, an abbreviation argparse accepts (``--d=URL``) and an option
+    passed through (``--retest-arg=--db=URL``) are masked alike, and any ``password=VALUE``."""
     words = list(sys.argv if argv is None else argv)
     words[0] = os.path.basename(words[0]) if words else "preflight"
-    return " ".join(location.mask(w) if "://" in w else w for w in words)
+    return " ".join(location.mask_in(w) for w in words)
+
+
+def open_store(url: StoreUrl, create: bool, timeout_s: float = WRITE_TIMEOUT_S) -> Store:
+    """Open ``url``; with ``create``, the embedded default's directory is made on first use, by
+    every command that writes (run, analyze, history import, lifecycle --once alike)."""
+    if create and url.dialect == location.SQLITE and url.target == location.default_url()[len("sqlite:///"):]:
+        os.makedirs(Path(url.target).parent, mode=0o700, exist_ok=True)
+    return Store.open(url, create=create, timeout_s=timeout_s)
 
 
 def _open_for_write(url: StoreUrl) -> Store:
-    if url.dialect == location.SQLITE and url.target == location.default_url()[len("sqlite:///"):]:
-        os.makedirs(Path(url.target).parent, mode=0o700, exist_ok=True)
-    return Store.open(url, create=True, timeout_s=WRITE_TIMEOUT_S)
+    return open_store(url, create=True)
 
 
 def warn(console: Console, text: str) -> None:
-    Console(stderr=True, soft_wrap=True).print(f"preflight: warning: {text}", **PLAIN)
+    Console(stderr=True, soft_wrap=True).print(f"preflight: warning: {printable(text)}", **PLAIN)
+
+
+def printable(text: str) -> str:
+    """``text`` with any lone surrogate (a name that was not UTF-8, through surrogateescape)
+    written as its escape: a terminal's encoder refuses them."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def import_hint(url: StoreUrl, run_dir: Path) -> str:
+    """The command that records ``run_dir`` later into the same store. The store is named as it
+    was chosen, but for a password: the hint then says to pass the URL in $PREFLIGHT_DB (a
+    command line is visible to every user of the machine, and the URL shown is masked)."""
+    folder = shell_word(str(run_dir))
+    default = url.dialect == location.SQLITE and url.target == location.default_url()[len("sqlite:///"):]
+    if default and location.ENV not in os.environ:
+        return f"`preflight history import {folder}`"
+    if url.dialect == location.POSTGRES and url.shown != url.target:  # a password, masked in what is shown
+        return (f"`preflight history import {folder}` with ${location.ENV} set to this store's URL, "
+                f"password included ({url.shown})")
+    return f"`preflight history import {folder} --db {shell_word(url.shown)}`"
+
+
+def shell_word(text: str) -> str:
+    """``text`` quoted for a POSIX shell; a name that was not UTF-8 (lone surrogates) in bash's
+    $'...' with its bytes as \\xHH, so that the command printed reaches the very file."""
+    try:
+        text.encode("utf-8")
+        return shlex.quote(text)
+    except UnicodeEncodeError:
+        raw = os.fsencode(text)
+        return "$'" + "".join(chr(b) if 0x20 <= b < 0x7f and b not in b"'\\" else f"\\x{b:02x}" for b in raw) + "'"
 
 
 def record_report(url: StoreUrl | None, run_dir: Path, console: Console, command: str | None = None) -> bool:
@@ -100,17 +143,36 @@ def record_report(url: StoreUrl | None, run_dir: Path, console: Console, command
         return False
     path = run_dir / "report.json"
     try:
-        report = json.loads(path.read_text())
-        rows = rows_of(report, started_fallback=path.stat().st_mtime,
+        text, mtime = read_regular(path)
+        rows = rows_of(json.loads(text), started_fallback=mtime,
                        command=command_line() if command is None else command, report_dir=str(run_dir.resolve()))
         with _open_for_write(url) as store:
-            store.record(rows)
+            (done,) = store.record_all([rows])
+        if done.renamed_from:
+            warn(console, renamed(done, url))
         return True
     except (StoreError, ReportShapeError, OSError, ValueError) as exc:
         why = location.scrub(str(exc), url).removeprefix(f"{url.shown}: ")
         warn(console, f"results store {url.shown}: not recorded: {why}; the reports "
-                      f"are in {run_dir}; record them later with `preflight history import {run_dir}`")
+                      f"are in {run_dir}; record them later with {import_hint(url, run_dir)}")
         return False
+
+
+def renamed(done: Recorded, url: StoreUrl) -> str:
+    return (f"results store {url.shown}: another run is recorded as {done.renamed_from}; this one is "
+            f"kept as {done.run_id}")
+
+
+def read_regular(path: Path) -> tuple[str, float]:
+    """A report's text and modification time, opening nothing but a regular file: a FIFO named
+    report.json would block a plain open() until a writer came, which may be never. O_NONBLOCK
+    makes the open return at once whatever the file is; fstat then says what it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return fh.read().decode("utf-8"), st.st_mtime
 
 
 def actor() -> str:
@@ -140,17 +202,29 @@ def record_events(url: StoreUrl | None, events: list[dict], console: Console) ->
 
 # ---- preflight history -----------------------------------------------------------------------
 
-def since_of(text: str, now: float | None = None) -> float:
-    """``30d``, ``12h``, ``2w``, ``90m`` back from now, or a date / ISO time (UTC when naive)."""
+def since_of(text: str, now: float | None = None, option: str = "--since") -> float:
+    """``30d``, ``12h``, ``2w``, ``90m`` back from now, or a date / ISO time (UTC when naive).
+    The store counts time in seconds since 1970-01-01 UTC: a moment before it (``999999d``, a
+    typo's worth of digits) is bad input naming ``option``, refused before anything is read or
+    deleted."""
     now = time.time() if now is None else now
     if m := _SINCE.match(text):
-        return now - float(m.group(1)) * _UNIT_S[m.group(2)]
+        t = now - float(m.group(1)) * _UNIT_S[m.group(2)]
+    else:
+        try:
+            moment = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise UsageError(f"{option}: {text!r} is neither a duration (30d, 12h, 2w, 90m) nor a date "
+                             "(2026-11-01 or 2026-11-01T06:00)") from None
+        t = (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+    if not t >= 0:
+        raise UsageError(f"{option}: {text!r} reaches back before 1970-01-01, where the store's time begins "
+                         f"(at most {int(now // 86400)}d back)")
     try:
-        t = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise UsageError(f"--since: {text!r} is neither a duration (30d, 12h, 2w, 90m) nor a date "
-                         "(2026-11-01 or 2026-11-01T06:00)") from None
-    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+        datetime.fromtimestamp(t, timezone.utc)  # what every answer prints it as
+    except (OverflowError, OSError, ValueError):
+        raise UsageError(f"{option}: {text!r} is past the last date a time can be written as (9999-12-31)") from None
+    return t
 
 
 def add_parser(sub) -> None:
@@ -175,7 +249,7 @@ def add_parser(sub) -> None:
                    help=f"incidents of one cause that make a repeat offender (default {Policy.repeat_count})")
     h.add_argument("--flaps", type=int, default=Policy.flap_transitions, metavar="N",
                    help=f"fail/pass changes of one check that make it flapping (default {Policy.flap_transitions})")
-    h.add_argument("--sigmas", type=float, default=Policy.sigmas, metavar="Z",
+    h.add_argument("--sigmas", type=positive(float, 1000.0), default=Policy.sigmas, metavar="Z",
                    help="fleet run-to-run spreads a figure must move to count as degrading "
                         f"(default {Policy.sigmas:g})")
     h.add_argument("--db", metavar="URL", help=f"the store (default ${location.ENV}, else the embedded SQLite file)")
@@ -193,9 +267,10 @@ def required_url(args) -> StoreUrl:
     return url
 
 
-def _open_for_read(args, create: bool = False) -> Store:
+def open_required(args, create: bool = False) -> Store:
     # A store that cannot be opened is a StoreError: bad input to these commands (app.errors).
-    return Store.open(required_url(args), create=create)
+    return open_store(required_url(args), create=create, timeout_s=10.0)
+
 
 
 def cmd_history(args, console: Console) -> int:
@@ -218,10 +293,11 @@ def cmd_history(args, console: Console) -> int:
     for name in ("repeat", "flaps"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name}: {getattr(args, name)} is not a positive count")
-    window = Window(since_of(args.since), time.time())
+    since = since_of(args.since)
     policy = Policy(repeat_count=args.repeat, flap_transitions=args.flaps, sigmas=args.sigmas)
-    with _open_for_read(args) as store:
+    with open_required(args) as store:
         try:
+            window = up_to_latest(store, since)
             result = fleet(store, window, policy) if args.fleet else node_history(store, target[0], window)
         except UnknownNode as exc:
             raise UsageError(str(exc)) from None
@@ -237,14 +313,21 @@ def cmd_history(args, console: Console) -> int:
 
 
 def _reports_under(paths: list[Path]) -> list[Path]:
+    """The report.json of each path; a folder holding none is bad input (a mistyped folder
+    would otherwise import nothing and say so only as "recorded 0 run(s)")."""
     found = []
     for p in paths:
-        if p.is_file():
-            found.append(p)
-        elif (p / "report.json").is_file():
-            found.append(p / "report.json")
-        elif p.is_dir():
-            found += sorted(p.glob("*/report.json"))
+        if p.is_dir():
+            if os.path.lexists(p / "report.json"):
+                found.append(p / "report.json")  # or something that is not a file: read_regular names it
+                continue
+            inside = sorted(p.glob("*/report.json"))
+            if not inside:
+                raise UsageError(f"history import: {p}: no report.json in it nor in its run directories "
+                                 f"({p}/report.json or {p}/*/report.json)")
+            found += inside
+        elif os.path.lexists(p):
+            found.append(p)  # a report.json, or something that is not a file: read_regular names it
         else:
             raise UsageError(f"history import: {p}: no such file or directory")
     return found
@@ -254,37 +337,41 @@ def _import(args, paths: list[str], console: Console) -> int:
     if not paths:
         raise UsageError("history import: name the run directories, report.json files or reports/ folders")
     reports = _reports_under([Path(p) for p in paths])
-    # Read and check every report before the first write: a bad one refuses the import whole.
+    # Read and check every report before the first write, then write them in one transaction:
+    # a bad one, or a store that fails part-way, records none.
     rows = []
     for path in reports:
         try:
-            rows.append(rows_of(json.loads(path.read_text()), started_fallback=path.stat().st_mtime,
-                                report_dir=str(path.parent.resolve())))
+            text, mtime = read_regular(path)
+            rows.append(rows_of(json.loads(text), started_fallback=mtime, report_dir=str(path.parent.resolve())))
         except (ReportShapeError, ValueError, OSError) as exc:
-            raise UsageError(f"history import: {path}: {exc}") from None
-    added = 0
-    with _open_for_read(args, create=True) as store:
-        for r in rows:
-            try:
-                added += store.record(r)
-            except StoreError as exc:
-                raise UsageError(f"history import: {r.run.run_id}: {exc} ({added} run(s) recorded before)") from None
-        shown = store.url.shown
-    console.print(f"recorded {added} run(s) in {shown}; {len(rows) - added} already there", **PLAIN)
+            raise UsageError(f"history import: {path}: {str(exc).removeprefix(f'{path}: ')}") from None
+    with open_required(args, create=True) as store:
+        try:
+            done = store.record_all(rows)
+        except StoreError as exc:
+            raise UsageError(f"history import: {exc} (nothing recorded)") from None
+        url = store.url
+    for d in done:
+        if d.renamed_from:
+            warn(console, renamed(d, url))
+    added = sum(d.added for d in done)
+    console.print(f"recorded {added} run(s) in {url.shown}; {len(rows) - added} already there", **PLAIN)
     return EXIT_OK
 
 
 def _prune(args, console: Console) -> int:
     if not args.keep or not _SINCE.match(args.keep):
         raise UsageError(f"history prune: --keep AGE (365d, 12w, 48h): got {args.keep!r}")
-    before = since_of(args.keep)
-    with _open_for_read(args) as store:
+    before = since_of(args.keep, option="--keep")
+    # Everything the message needs is known before the first row goes.
+    when = datetime.fromtimestamp(before, timezone.utc).strftime("%Y-%m-%d %H:%M")
+    with open_required(args) as store:
         try:
             gone = store.prune(before)
         except StoreError as exc:
             raise UsageError(str(exc)) from None
         shown = store.url.shown
-    when = datetime.fromtimestamp(before, timezone.utc).strftime("%Y-%m-%d %H:%M")
     console.print(f"{shown}: forgot {gone} run(s) started before {when} UTC", **PLAIN)
     return EXIT_OK
 

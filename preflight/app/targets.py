@@ -91,7 +91,8 @@ def run_id_of(args: argparse.Namespace, default: str) -> str:
     run_id = args.run_id if args.run_id is not None else default
     if not run_id or "/" in run_id or "\0" in run_id or run_id in (".", ".."):
         raise UsageError(f"--run-id: {run_id!r} must be a plain directory name")
-    if len(run_id.encode()) > MAX_RUN_ID:
+    # The bytes of the file name: a name that was not UTF-8 reaches Python as lone surrogates.
+    if len(run_id.encode("utf-8", "surrogateescape")) > MAX_RUN_ID:
         raise UsageError(f"--run-id: longer than {MAX_RUN_ID} bytes")
     if (out_dir_of(args) / run_id).exists():
         raise UsageError(f"--run-id: {args.out / run_id} already exists; choose another id")

@@ -46,6 +46,8 @@ PROBES: dict[str, Probe] = {
         Probe(IB_COUNTERS, _sh(scripts.read("ib_counters.sh")), "RDMA port error counters, before the active tests",
               "sh", calls=("grep",)),
         Probe("uname", ("uname", "-a"), "kernel release (the inbox mlx5 driver's version)", "uname"),
+        # `preflight fabric --pair-tool iperf3`: the node's IPv4 interfaces are its rails on a TCP test bed.
+        Probe("ip-addr", ("ip", "-o", "-4", "addr", "show"), "IPv4 interfaces and addresses (the TCP rails)", "ip"),
         dcgm.DISCOVERY,
         dcgm.HEALTH,
         # Active probes run after the static ones, one at a time, in this order: the diagnostic

@@ -33,6 +33,7 @@ from preflight.model import ProbeResult
 FORMAT = "preflight-bundle/1"
 _SAFE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 FLEET_HOST = "fleet-"
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")  # what a run id's node part may not hold
 
 
 class BundleError(ValueError):
@@ -255,6 +256,13 @@ def reachability(results: Mapping[str, ProbeResult]) -> tuple[bool, str | None]:
     return True, None
 
 
-def new_run_id(now: datetime | None = None) -> str:
+def new_run_id(node: str | None = None, now: datetime | None = None) -> str:
+    """``YYYYMMDD-HHMMSS-NODE-R``: the UTC second, the node that made the run (its name as a file
+    name may hold it, at most 63 characters) and 64 random bits R (16 hex digits). Unique by
+    construction where the older ``YYYYMMDD-HHMMSS-xxxx`` (16 random bits) was not: Slurm starts
+    every node's HealthCheckProgram on one tick, and 300 ids of one second drawn from 65,536
+    collide with even odds. The node alone separates nodes, the 64 bits two runs of one node in
+    one second (and nodes whose names reduce alike). Ids sort by time, as before."""
     now = now or datetime.now(timezone.utc)
-    return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+    label = _ID_UNSAFE.sub("_", node or "")[:63].strip("_.-")
+    return now.strftime("%Y%m%d-%H%M%S-") + (f"{label}-" if label else "") + secrets.token_hex(8)

@@ -13,7 +13,25 @@ import yaml
 # libyaml's loader where PyYAML was built with it: the same safe subset, and the playbooks that
 # every command loads read in a fraction of the pure-Python loader's time (a cost every
 # healthcheck and prolog pays inside its budget).
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BASE):  # type: ignore[misc, valid-type]
+    """The safe loader, with a date that does not exist (2026-02-30) refused as a YAML error
+    at its line: PyYAML's own timestamp constructor lets ``datetime``'s ValueError through,
+    without the place it came from."""
+
+
+def _timestamp(loader, node):
+    try:
+        return yaml.constructor.SafeConstructor.construct_yaml_timestamp(loader, node)
+    except (ValueError, OverflowError) as exc:
+        raise yaml.constructor.ConstructorError(None, None, f"{node.value!r} is not a date: {exc}",
+                                                node.start_mark) from None
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
+_LOADER = _Loader
 
 
 def read_yaml(path: Path, error: type[Exception]) -> Any:

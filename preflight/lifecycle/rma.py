@@ -12,35 +12,57 @@ from pathlib import Path
 from preflight.evidence.bundle import BundleError, read_bundle
 from preflight.judge.context import EvidenceMissing, HostContext
 from preflight.knowledge.profiles import GENERIC, load_profiles
+from preflight.printable import printable
 
 # Kernel-log events that say what the node is, not what went wrong with it.
 KERNEL_INFO = frozenset({"nvidia-driver-load", "mlx5-fw-version", "nvrm-gpu"})
 MAX_LINES = 40
 
 
+def _report(report_dir: str | None) -> dict:
+    """The run's report.json, or ``{}`` where it is gone, unreadable or not a JSON object."""
+    try:
+        report = json.loads((Path(report_dir) / "report.json").read_text()) if report_dir else {}
+    except (OSError, ValueError):
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
 def _bundle_dir(report_dir: str | None) -> Path | None:
     if not report_dir:
         return None
     root = Path(report_dir)
-    try:
-        report = json.loads((root / "report.json").read_text())
-    except (OSError, ValueError):
-        report = {}
+    report = _report(report_dir)
     named = report.get("bundle") if isinstance(report.get("bundle"), str) else "bundle"
     path = Path(named) if Path(named).is_absolute() else root / named
     return path if (path / "bundle.json").is_file() else None
 
 
-def _evidence_of(report_dir: str | None, node: str) -> list[dict]:
-    """The failing findings of the node in that run's report, with their evidence excerpts."""
-    try:
-        report = json.loads((Path(report_dir) / "report.json").read_text()) if report_dir else {}
-    except (OSError, ValueError):
-        return []
-    return [{"check": f.get("check"), "status": f.get("status"), "summary": f.get("summary"),
-             "evidence": f.get("evidence") or []}
-            for f in report.get("findings") or () if isinstance(f, dict) and f.get("host") == node
-            and f.get("status") in ("fail", "error")]
+def _evidence_of(report_dir: str | None, node: str, unread: list[str]) -> list[dict]:
+    """The failing findings of the node in that run's report, with their evidence excerpts.
+    A report is a file anyone may have edited: an excerpt of another shape than report.json's
+    (docs/contracts.md: ``{probe, excerpt}`` records) is left out and named in ``unread``, with
+    the file and the field, instead of stopping the summary."""
+    report = _report(report_dir)
+    findings = report.get("findings") if isinstance(report.get("findings"), list) else []
+    out = []
+    for i, f in enumerate(findings):
+        if not (isinstance(f, dict) and f.get("host") == node and f.get("status") in ("fail", "error")):
+            continue
+        where = f"{Path(str(report_dir)) / 'report.json'}: findings[{i}].evidence"
+        raw = f.get("evidence") or []
+        if not isinstance(raw, list):
+            unread.append(f"{where}: a list of {{probe, excerpt}} records expected, not {type(raw).__name__}")
+            raw = []
+        evidence = []
+        for j, e in enumerate(raw):
+            if isinstance(e, dict) and isinstance(e.get("probe", ""), str) and isinstance(e.get("excerpt", ""), str):
+                evidence.append({"probe": e.get("probe"), "excerpt": e.get("excerpt", "")})
+            else:
+                unread.append(f"{where}[{j}]: a {{probe, excerpt}} record expected, not {type(e).__name__}")
+        out.append({"check": f.get("check"), "status": f.get("status"), "summary": f.get("summary"),
+                    "evidence": evidence})
+    return out
 
 
 def hardware(bundle_dir: Path, node: str) -> dict:
@@ -77,9 +99,10 @@ def hardware(bundle_dir: Path, node: str) -> dict:
 
 def summary(node: str, state: dict | None, timeline: dict, runs_dirs: dict[str, str | None]) -> dict:
     """``timeline``: ``read.node_history``; ``runs_dirs``: run id -> its report directory."""
+    unread: list[str] = []
     incidents = [{"run_id": r["run_id"], "started": r["started"], "kind": r["kind"], "status": r["status"],
                   "causes": [c["cause"] for c in r["causes"]],
-                  "findings": _evidence_of(runs_dirs.get(r["run_id"]), node) or r["findings"]}
+                  "findings": _evidence_of(runs_dirs.get(r["run_id"]), node, unread) or r["findings"]}
                  for r in timeline["runs"] if r["status"] in ("fail", "error")]
     latest = next((runs_dirs.get(r["run_id"]) for r in reversed(timeline["runs"])
                    if _bundle_dir(runs_dirs.get(r["run_id"])) is not None), None)
@@ -89,35 +112,46 @@ def summary(node: str, state: dict | None, timeline: dict, runs_dirs: dict[str, 
             parts = hardware(_bundle_dir(latest), node)
         except BundleError as exc:
             parts = {"missing": [f"the bundle of {latest}: {exc}"]}
+    if unread:
+        parts = {**parts, "missing": [*parts.get("missing", []), *(f"evidence left out: {u}" for u in unread)]}
     return {"node": node, "state": state, "incidents": incidents, "events": timeline["events"], "hardware": parts}
 
 
+def _first_line(text) -> str:
+    lines = str(text or "").splitlines()
+    return lines[0][:160] if lines else ""
+
+
 def markdown(s: dict) -> str:
-    """The summary as a vendor case's text."""
-    lines = [f"# RMA summary: {s['node']}", ""]
+    """The summary as a vendor case's text. Every value from the store or the evidence goes
+    through ``printable``: a node name holding a newline cannot start a heading of its own, nor
+    an ESC drive the terminal the summary is printed on."""
+    p = printable
+    lines = [f"# RMA summary: {p(s['node'])}", ""]
     st = s.get("state") or {}
     if st:
-        lines += [f"State: {st.get('state')} since {st.get('since_iso', '')}, cause {st.get('cause') or '-'}", ""]
+        lines += [f"State: {p(st.get('state'))} since {p(st.get('since_iso', ''))}, cause {p(st.get('cause'))}", ""]
     hw = s["hardware"]
     lines += ["## GPUs", ""]
     for g in hw.get("gpus") or ():
-        lines.append(f"- GPU {g['index']} {g['pci_bus_id']} {g['name']}: serial {g['serial']}, board part number "
-                     f"{g['board_part_number']}, VBIOS {g['vbios']}")
+        lines.append(f"- GPU {p(g['index'])} {p(g['pci_bus_id'])} {p(g['name'])}: serial {p(g['serial'])}, board part "
+                     f"number {p(g['board_part_number'])}, VBIOS {p(g['vbios'])}")
     if hw.get("driver"):
-        lines.append(f"- driver {hw['driver']}")
+        lines.append(f"- driver {p(hw['driver'])}")
     lines += ["", "## NICs", ""]
-    lines += [f"- {n['device']}: firmware {n['firmware']}, PSID {n['psid']}, {n['hca_type']}"
+    lines += [f"- {p(n['device'])}: firmware {p(n['firmware'])}, PSID {p(n['psid'])}, {p(n['hca_type'])}"
               for n in hw.get("nics") or ()]
     lines += ["", f"## Incidents ({len(s['incidents'])})", ""]
     for i in s["incidents"]:
-        lines.append(f"- {i['started']} {i['run_id']} ({i['kind']}): {', '.join(i['causes']) or i['status']}")
+        lines.append(f"- {p(i['started'])} {p(i['run_id'])} ({p(i['kind'])}): "
+                     f"{p(', '.join(i['causes']) or i['status'])}")
         for f in i["findings"]:
-            lines.append(f"  - {f['check']}: {f['summary']}")
+            lines.append(f"  - {p(f.get('check'))}: {p(f.get('summary'))}")
             for e in f.get("evidence") or ():
-                lines.append(f"    `{e.get('probe')}`: {str(e.get('excerpt', '')).splitlines()[0][:160]}")
-    lines += ["", "## Kernel log", ""] + [f"    {line}" for line in hw.get("kernel_log") or ()]
-    lines += ["", "## DCGM error codes", ""] + [f"- {d['code']} (GPU {d['gpu']}): {d['text']}"
+                lines.append(f"    `{p(e.get('probe'))}`: {p(_first_line(e.get('excerpt')))}")
+    lines += ["", "## Kernel log", ""] + [f"    {p(line)}" for line in hw.get("kernel_log") or ()]
+    lines += ["", "## DCGM error codes", ""] + [f"- {p(d['code'])} (GPU {p(d['gpu'])}): {p(d['text'])}"
                                                  for d in hw.get("dcgm") or ()]
     if hw.get("missing"):
-        lines += ["", "## Not in the evidence", ""] + [f"- {m}" for m in hw["missing"]]
+        lines += ["", "## Not in the evidence", ""] + [f"- {p(m)}" for m in hw["missing"]]
     return "\n".join(lines) + "\n"

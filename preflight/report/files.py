@@ -26,7 +26,9 @@ def write_reports(run_dir: Path, analysis: Analysis, html: bool = True) -> None:
 def write_atomic(path: Path, text: str) -> None:
     """Readers (node_exporter, a browser, CI) never see a half-written file; a write that
     fails (disk full, a directory in the way) removes its temporary file and raises."""
-    atomic.write_atomic(path, text.encode("utf-8"))
+    # A name that was not UTF-8 (a lone surrogate, from surrogateescape) is written as the
+    # escape Python prints, as the store keeps it: every report stays valid UTF-8.
+    atomic.write_atomic(path, text.encode("utf-8", "backslashreplace"))
 
 
 def soak_plot_bytes(run_dir: Path, named: dict[str, str]) -> dict[str, bytes]:

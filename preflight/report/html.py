@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from html import escape
 
 from preflight.model import Analysis, Finding, Status
+from preflight.report import rail_matrix
 from preflight.report.sparkline import sparkline_svg
 
 _ORDER = ("fail", "error", "warn", "pass", "skip")
@@ -108,7 +109,8 @@ def render(analysis: Analysis, plots: Mapping[str, bytes] | None = None) -> str:
     meta = analysis.meta
     title = f"preflight report {meta.get('run_id', '')}".strip()
     body = [f"<header><h1>{_e(title)}</h1>", _meta_line(meta), "</header>", _nav(analysis, plots),
-            _summary(analysis), _diagnoses(analysis, ids), _fleet(analysis, ids), _hosts_table(analysis, ids)]
+            _summary(analysis), _diagnoses(analysis, ids), _fleet(analysis, ids),
+            rail_matrix.matrix_section(analysis, ids.host), _hosts_table(analysis, ids)]
     if meta.get("soak") or plots:
         body.append(_soak(meta.get("soak") or {}, plots, ids))
     if meta.get("history"):
@@ -117,8 +119,8 @@ def render(analysis: Analysis, plots: Mapping[str, bytes] | None = None) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{_CSP}\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-            f"<title>{_e(title)}</title>\n<style>{CSS}</style>\n</head>\n"
-            "<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")
+            f"<title>{_e(title)}</title>\n<style>{CSS}{rail_matrix.CSS}</style>\n</head>\n"
+            "<body>\n" + "\n".join(part for part in body if part) + "\n</body>\n</html>\n")
 
 
 def _meta_line(meta: dict) -> str:
@@ -133,7 +135,10 @@ def _meta_line(meta: dict) -> str:
 
 
 def _nav(analysis: Analysis, plots: Mapping[str, bytes]) -> str:
-    links = [("summary", "Summary"), ("diagnoses", "Diagnoses"), ("fleet", "Fleet"), ("hosts", "Hosts")]
+    links = [("summary", "Summary"), ("diagnoses", "Diagnoses"), ("fleet", "Fleet")]
+    if rail_matrix.present(analysis):
+        links.append(("rails", "Rails"))
+    links.append(("hosts", "Hosts"))
     if analysis.meta.get("soak") or plots:
         links.append(("soak", "Soak"))
     if analysis.meta.get("history"):

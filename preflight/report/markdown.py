@@ -6,6 +6,7 @@ import re
 from collections import Counter
 
 from preflight.model import Analysis, Status
+from preflight.printable import printable, printable_lines
 
 _ICON = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "error": "ERROR", "skip": "SKIP"}
 
@@ -15,13 +16,24 @@ def _cell(text: str) -> str:
     HTML tags and link syntax made literal, so a node's output cannot inject markup."""
     for ch in ("\\", "|", "<", ">", "[", "]", "`"):
         text = text.replace(ch, "\\" + ch)
-    return text.replace("\r", " ").replace("\n", " ")
+    # Control characters (a newline would start a line, or a heading, of its own) shown as
+    # their escapes, once the backslashes above are doubled: \\n renders as \n.
+    return printable(text)
+
+
+def _code(text: str) -> str:
+    """A code span holding ``text`` whole (its backticks longer than any run inside it)."""
+    text = printable(text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    tick = "`" * (longest + 1)
+    return f"{tick} {text} {tick}" if longest else f"`{text}`"
 
 
 def _fenced(excerpt: str) -> list[str]:
     """A code block that holds ``excerpt`` whole: its fence is longer than any run of
     backticks (or tildes) in it, so an excerpt containing ``` cannot close the block and
     put the rest of a node's output outside it (CommonMark's fenced code blocks)."""
+    excerpt = printable_lines(excerpt)
     longest = max((len(run) for run in re.findall(r"`+|~+", excerpt)), default=0)
     fence = "`" * max(3, longest + 1)
     return [fence, excerpt, fence]
@@ -39,31 +51,34 @@ def render(analysis: Analysis) -> str:
     if not analysis.diagnoses:
         out += ["No faults diagnosed.", ""]
     for d in analysis.diagnoses:
-        hosts = ", ".join(d.hosts) or "fleet"
-        out += [f"### {d.title or d.cause} — `{d.cause}` ({d.confidence} confidence)", "",
-                f"- **Hosts:** {hosts}", f"- **Evidence:** {d.evidence}",
-                f"- **Symptoms:** {', '.join(d.symptoms)}", f"- **Action:** {d.action}", ""]
+        hosts = _cell(", ".join(d.hosts)) or "fleet"
+        # The playbook's title and action are Markdown of the project's own (`code` spans);
+        # the evidence quotes nodes: its control characters are shown, never obeyed.
+        out += [f"### {printable(d.title or d.cause)} — `{printable(d.cause)}` ({printable(d.confidence)} confidence)",
+                "", f"- **Hosts:** {hosts}", f"- **Evidence:** {printable(d.evidence)}",
+                f"- **Symptoms:** {_cell(', '.join(d.symptoms))}", f"- **Action:** {printable(d.action)}", ""]
 
     out += ["## Hosts", "", "| host | verdict | profile | not passing |", "| --- | --- | --- | --- |"]
     for host, v in analysis.hosts.items():
         bad = [f.check for f in analysis.findings_of(host) if f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
-        out.append(f"| {host} | {_ICON[v.status]} | {v.profile} | {_cell(', '.join(bad)) or '-'} |")
+        out.append(f"| {_cell(host)} | {_ICON[v.status]} | {_cell(str(v.profile))} | {_cell(', '.join(bad)) or '-'} |")
     out.append("")
 
     out += ["## Findings", ""]
     for f in analysis.findings:
         if f.status in (Status.PASS, Status.SKIP):
             continue
-        out += [f"### {f.host or 'fleet'} · {f.check}: {_ICON[f.status.value]}", "", _cell(f.summary), ""]
+        out += [f"### {_cell(f.host or 'fleet')} · {_cell(f.check)}: {_ICON[f.status.value]}", "", _cell(f.summary), ""]
         for e in f.evidence:
-            out += [f"Evidence from `{e.probe}`:", "", *_fenced(e.excerpt), ""]
+            out += [f"Evidence from {_code(e.probe)}:", "", *_fenced(e.excerpt), ""]
 
     out += _serving(meta.get("soak") or {})
 
     passed = [f for f in analysis.findings if f.status in (Status.PASS, Status.SKIP)]
     if passed:
         out += ["## Passed and skipped", "", "| host | check | verdict | summary |", "| --- | --- | --- | --- |"]
-        out += [f"| {f.host or 'fleet'} | {f.check} | {_ICON[f.status.value]} | {_cell(f.summary)} |" for f in passed]
+        out += [f"| {_cell(f.host or 'fleet')} | {_cell(f.check)} | {_ICON[f.status.value]} | {_cell(f.summary)} |"
+                for f in passed]
         out.append("")
     # What the soak's reader tolerated (a cut-off last line, time going back, fields it does not
     # know): in report.json's soak_notes, and here, where a person reads the report.

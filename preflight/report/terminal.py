@@ -7,12 +7,27 @@ the ones that need attention.
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from preflight.model import Analysis, Status
+from preflight.printable import printable
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "skip": "dim"}
 _LIST_PASSING_UP_TO = 16
+
+
+def _data(value) -> str:
+    """Text from a node, a check or the store, put into this module's markup as data: control
+    characters escaped (preflight.printable), rich's ``[`` escaped."""
+    return escape(printable(value))
+
+
+def _markup(text: str) -> Text:
+    """This module's own markup, with emoji codes left as they are: ``:AB:`` in a PCI bus id is
+    no emoji, whatever console prints it."""
+    return Text.from_markup(text, emoji=False)
 
 
 def show(analysis: Analysis, console: Console, report_dir: str | None = None) -> None:
@@ -29,25 +44,26 @@ def show(analysis: Analysis, console: Console, report_dir: str | None = None) ->
         if not v.reachable:
             # Its checks all say "not checked: host unreachable"; the reason is the one line.
             bad = [f for f in bad if f.symptoms] or bad[:1]
-        text = "; ".join(f"[{_STYLE[f.status.value]}]{f.check}[/]: {f.summary}" for f in bad[:4])
+        text = "; ".join(f"[{_STYLE[f.status.value]}]{_data(f.check)}[/]: {_data(f.summary)}" for f in bad[:4])
         if len(bad) > 4:
             text += f"; and {len(bad) - 4} more"
-        table.add_row(host, f"[{_STYLE[v.status]}]{v.status.upper()}[/]", v.profile, text or "all checks passed")
+        table.add_row(_markup(_data(host)), _markup(f"[{_STYLE[v.status]}]{v.status.upper()}[/]"),
+                      _markup(_data(v.profile)), _markup(text or "all checks passed"))
     if len(passing) > _LIST_PASSING_UP_TO:
         table.add_row(f"{len(passing)} hosts", "[green]PASS[/]", "", "all checks passed")
     console.print(table)
     _serving(analysis.meta.get("soak") or {}, console)
     for f in analysis.findings:
         if f.host is None and f.status in (Status.FAIL, Status.ERROR, Status.WARN):
-            console.print(f"[{_STYLE[f.status.value]}]fleet {f.check}[/]: {f.summary}")
+            console.print(_markup(f"[{_STYLE[f.status.value]}]fleet {_data(f.check)}[/]: {_data(f.summary)}"))
     for d in analysis.diagnoses:
-        console.print(
-            f"\n[bold]{d.cause}[/] ({d.confidence}) on {', '.join(d.hosts) or 'the fleet'}: {d.title}\n"
-            f"  evidence: {d.evidence}\n  [bold]action:[/] {d.action}"
-        )
+        console.print(_markup(
+            f"\n[bold]{_data(d.cause)}[/] ({_data(d.confidence)}) on {_data(', '.join(d.hosts)) or 'the fleet'}: "
+            f"{_data(d.title)}\n  evidence: {_data(d.evidence)}\n  [bold]action:[/] {_data(d.action)}"
+        ))
     counts = {s: sum(v.status == s for v in analysis.hosts.values()) for s in ("pass", "warn", "fail", "error")}
-    console.print("\n" + ", ".join(f"[{_STYLE[s]}]{n} {s}[/]" for s, n in counts.items() if n)
-                  + (f" — report in {report_dir}" if report_dir else ""))
+    console.print(_markup("\n" + ", ".join(f"[{_STYLE[s]}]{n} {s}[/]" for s, n in counts.items() if n)
+                          + (f" — report in {_data(report_dir)}" if report_dir else "")))
 
 
 def _ms(value) -> str:
@@ -61,8 +77,9 @@ def _serving(section: dict, console: Console) -> None:
             continue
         swept = s.get("sweep")
         if isinstance(swept, dict):
-            table = Table(title=f"concurrency sweep on {host}: recommended {swept.get('recommended') or 'none'}"
-                                f" (knee {swept.get('knee') or 'not reached'})")
+            table = Table(title=_markup(f"concurrency sweep on {_data(host)}: recommended "
+                                        f"{_data(swept.get('recommended') or 'none')}"
+                                        f" (knee {_data(swept.get('knee') or 'not reached')})"))
             for column in ("in flight", "output tok/s", "TTFT p50/p99 ms", "TPOT p50/p99 ms", "errors",
                            "goodput req/s"):
                 table.add_column(column, justify="right")
@@ -74,7 +91,8 @@ def _serving(section: dict, console: Console) -> None:
                               f"{_ms(lv.get('tpot_p50_ms'))}/{_ms(lv.get('tpot_p99_ms'))}", str(lv.get("errors")),
                               f"{good:.2f}" if isinstance(good, (int, float)) else "-")
             console.print(table)
-            console.print(str(swept.get("reason", "")), highlight=False, markup=False)
+            console.print(printable(swept.get("reason", "")), highlight=False, markup=False, emoji=False)
         elif s.get("goodput_requests_per_s") is not None:
-            console.print(f"{host}: goodput {s['goodput_requests_per_s']:.2f} req/s of "
-                          f"{s.get('requests_per_s') or 0:.2f} req/s completed", highlight=False, markup=False)
+            console.print(f"{printable(host)}: goodput {s['goodput_requests_per_s']:.2f} req/s of "
+                          f"{s.get('requests_per_s') or 0:.2f} req/s completed", highlight=False, markup=False,
+                          emoji=False)

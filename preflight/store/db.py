@@ -17,13 +17,15 @@ import contextlib
 import os
 import random
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from preflight.store import schema
 from preflight.store.location import POSTGRES, SQLITE, StoreUrl, scrub
-from preflight.store.rows import Rows
+from preflight.store.rows import Rows, storable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # PostgreSQL's SQLSTATEs worth another try: too many connections, starting up, serialization
@@ -95,7 +97,7 @@ class Store:
 
     def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
         with self._errors():
-            cur = self.conn.execute(self._sql(sql), tuple(params))
+            cur = self.conn.execute(self._sql(sql), _bound(params))
             out = cur.fetchall()
             if self.dialect == POSTGRES:
                 self.conn.rollback()  # a read leaves no transaction open on the server
@@ -116,11 +118,12 @@ class Store:
             self.conn.commit()
 
     def execute(self, sql: str, params: Sequence = ()):
-        return self.conn.execute(self._sql(sql), tuple(params))
+        return self.conn.execute(self._sql(sql), _bound(params))
 
     def executemany(self, sql: str, seq: list[tuple]) -> None:
         if not seq:
             return
+        seq = [_bound(p) for p in seq]
         if self.dialect == SQLITE:
             self.conn.executemany(sql, seq)
         else:
@@ -173,9 +176,7 @@ class Store:
         """Apply the pending migrations (up to ``upto``, default all) in one transaction under a
         lock (two controllers that open an empty store at once create it once); return the
         versions applied."""
-        with self.transaction(lock=True):
-            if self.dialect == POSTGRES:
-                self.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
+        with self._migration_lock(), self.transaction(lock=True):
             found = self._version_in_transaction()
             if found > schema.CURRENT:
                 raise SchemaMismatch(f"{self.url.shown}: schema version {found} is newer than {schema.CURRENT}",
@@ -191,6 +192,30 @@ class Store:
                              (version, time.time()))
         return [v for v, _ in steps]
 
+    @contextlib.contextmanager
+    def _migration_lock(self) -> Iterator[None]:
+        """PostgreSQL: a session advisory lock, taken in a transaction of its own that ends before
+        the migration's begins. Taken inside the migration's transaction (as it once was), the
+        lock was granted to a transaction that had started, and read its catalog caches, before
+        the winner committed: the backend's negative cache entry for ``pf_schema`` (left by the
+        version check that runs before ``migrate``) was not refreshed, every loser saw version 0
+        and failed on ``relation "pf_runs" already exists``. A transaction begun after the lock
+        is granted takes in the winner's catalog changes when it starts. SQLite's BEGIN
+        IMMEDIATE is its lock already."""
+        if self.dialect != POSTGRES:
+            yield
+            return
+        with self._errors():
+            self.conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+            self.conn.commit()
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                self.conn.rollback()
+                self.conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+                self.conn.commit()
+
     def _version_in_transaction(self) -> int:
         if self.dialect == SQLITE:
             exists = self.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
@@ -203,30 +228,19 @@ class Store:
 
     # ---- writing ------------------------------------------------------------------------------
     def record(self, rows: Rows) -> bool:
-        """Write one run; False when its run id is already in the store (recording is
-        idempotent by run id: an import after a live record, or twice, adds nothing)."""
-        r = rows.run
+        """Write one run; False when it is already in the store (recording is idempotent: an
+        import after a live record, or twice, adds nothing)."""
+        return self.record_all([rows])[0].added
 
-        def work(store: Store) -> bool:
-            cur = store.execute(
-                "INSERT INTO pf_runs (run_id, kind, started, duration_s, launcher, version, command, status, "
-                "checks, hosts, recorded, report_dir) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (run_id) DO NOTHING",
-                (r.run_id, r.kind, r.started, r.duration_s, r.launcher, r.version, r.command, r.status, r.checks,
-                 r.hosts, time.time(), r.report_dir))
-            if cur.rowcount == 0:
-                return False
-            store.executemany("INSERT INTO pf_host_results (run_id, host, started, status, reachable, profile) "
-                              "VALUES (?, ?, ?, ?, ?, ?)", [(*h[:4], int(h[4]), h[5]) for h in rows.hosts])
-            store.executemany("INSERT INTO pf_findings (run_id, host, started, check_id, status, symptoms, summary) "
-                              "VALUES (?, ?, ?, ?, ?, ?, ?)", rows.findings)
-            store.executemany("INSERT INTO pf_diagnoses (run_id, host, started, cause, confidence, action) "
-                              "VALUES (?, ?, ?, ?, ?, ?)", rows.diagnoses)
-            store.executemany("INSERT INTO pf_figures (run_id, host, started, figure, value) VALUES (?, ?, ?, ?, ?)",
-                              rows.figures)
-            return True
-
-        return bool(self.write(work))
+    def record_all(self, runs: Sequence[Rows]) -> list[Recorded]:
+        """Write runs in one transaction: all of them or, on any error, none. A run whose id is
+        taken by a re-recording of the same run (same fingerprint) is skipped; by another run
+        (another fingerprint) it is kept under a derived id, ``RUNID~`` and 12 hex digits of its
+        fingerprint, and says so (``Recorded.renamed_from``). Keeping both rather than refusing:
+        the second run's report is usually on a node's disk or in a bundle no one will look at
+        again, and refusing would lose it as surely as the silent skip did; a derived id loses
+        nothing and names the collision."""
+        return list(self.write(lambda store: [_insert(store, rows) for rows in runs]))
 
     def prune(self, before: float) -> int:
         """Forget every run (and event) that started before ``before``; returns the runs removed.
@@ -262,6 +276,54 @@ class Store:
             raise
 
 
+@dataclass(frozen=True)
+class Recorded:
+    run_id: str  # the id the run is kept under
+    added: bool  # False: it was there already
+    renamed_from: str | None = None  # the report's own id, when another run had taken it
+
+
+def _insert(store: Store, rows: Rows) -> Recorded:
+    r = rows.run
+    ids = [r.run_id] + ([f"{r.run_id}~{r.fingerprint[:12]}"] if r.fingerprint else [])
+    for run_id in ids:
+        cur = store.execute(
+            "INSERT INTO pf_runs (run_id, kind, started, duration_s, launcher, version, command, status, "
+            "checks, hosts, recorded, report_dir, fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id) DO NOTHING",
+            (run_id, r.kind, r.started, r.duration_s, r.launcher, r.version, r.command, r.status, r.checks,
+             r.hosts, time.time(), r.report_dir, r.fingerprint))
+        if cur.rowcount == 1:
+            _insert_children(store, rows, run_id)
+            return Recorded(run_id, True, None if run_id == r.run_id else r.run_id)
+        # Taken. PostgreSQL's ON CONFLICT waited for a writer of the same id still in its
+        # transaction, and this statement's snapshot sees what it committed.
+        (held,) = store.execute("SELECT fingerprint FROM pf_runs WHERE run_id = ?", (run_id,)).fetchone()
+        # A run recorded before fingerprints (held None) is matched by its id alone, as it was.
+        if held is None or r.fingerprint is None or held == r.fingerprint:
+            return Recorded(run_id, False)
+    raise StoreError(f"{store.url.shown}: run id {r.run_id!r} and {ids[-1]!r} are both taken by other runs")
+
+
+def _insert_children(store: Store, rows: Rows, run_id: str) -> None:
+    def own(seq: list[tuple]) -> list[tuple]:
+        return seq if run_id == rows.run.run_id else [(run_id, *t[1:]) for t in seq]
+
+    store.executemany("INSERT INTO pf_host_results (run_id, host, started, status, reachable, profile) "
+                      "VALUES (?, ?, ?, ?, ?, ?)", own([(*h[:4], int(h[4]), h[5]) for h in rows.hosts]))
+    store.executemany("INSERT INTO pf_findings (run_id, host, started, check_id, status, symptoms, summary) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?)", own(rows.findings))
+    store.executemany("INSERT INTO pf_diagnoses (run_id, host, started, cause, confidence, action) "
+                      "VALUES (?, ?, ?, ?, ?, ?)", own(rows.diagnoses))
+    store.executemany("INSERT INTO pf_figures (run_id, host, started, figure, value) VALUES (?, ?, ?, ?, ?)",
+                      own(rows.figures))
+
+
+def _bound(params: Sequence) -> tuple:
+    # Every text the store binds, written or looked up, as both engines hold it (rows.storable).
+    return tuple(storable(p) if isinstance(p, str) else p for p in params)
+
+
 def _is_psycopg(exc: BaseException) -> bool:
     return type(exc).__module__.startswith("psycopg")
 
@@ -291,10 +353,7 @@ def _connect_sqlite(url: StoreUrl, timeout_s: float, create: bool) -> sqlite3.Co
     if path.is_dir():
         raise StoreUnavailable(f"{url.shown}: {path} is a directory, not a SQLite file")
     if path.exists():
-        with open(path, "rb") as fh:
-            head = fh.read(len(SQLITE_MAGIC))
-        if head and head != SQLITE_MAGIC:
-            raise StoreCorrupt(f"{url.shown}: {path} is not a SQLite database")
+        _check_sqlite_file(url, path)
     elif not create:
         raise StoreUnavailable(f"{url.shown}: {path} does not exist (no run has been recorded there yet)")
     elif not path.parent.is_dir():
@@ -316,6 +375,22 @@ def _connect_sqlite(url: StoreUrl, timeout_s: float, create: bool) -> sqlite3.Co
     return conn
 
 
+def _check_sqlite_file(url: StoreUrl, path: Path) -> None:
+    """A regular file that is empty or starts as SQLite's do. Opened non-blocking and checked
+    before a byte is read: a FIFO where the store should be would block any plain open (and
+    SQLite's) until a writer came, past every timeout."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StoreUnavailable(f"{url.shown}: {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoreUnavailable(f"{url.shown}: {path} is not a regular file, so not a SQLite database")
+        head = fh.read(len(SQLITE_MAGIC))
+    if head and head != SQLITE_MAGIC:
+        raise StoreCorrupt(f"{url.shown}: {path} is not a SQLite database")
+
+
 def _connect_pg(url: StoreUrl, timeout_s: float):
     try:
         import psycopg  # only for a PostgreSQL store: optional, 'pip install preflight-gpu[postgres]'
@@ -326,8 +401,10 @@ def _connect_pg(url: StoreUrl, timeout_s: float):
     delay = 0.05
     while True:
         try:
-            return psycopg.connect(url.target, connect_timeout=max(1, int(timeout_s)),
+            conn = psycopg.connect(url.target, connect_timeout=max(1, int(timeout_s)),
                                    application_name="preflight", autocommit=False)
+            _bound_waits(conn, timeout_s)
+            return conn
         except psycopg.Error as exc:
             err = _pg_error(url, exc)
             # A server at its connection limit ("too many clients"), one starting up, or a unix
@@ -339,6 +416,23 @@ def _connect_pg(url: StoreUrl, timeout_s: float):
                 raise err from None
         time.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, 1.0)
+
+
+def _bound_waits(conn, timeout_s: float) -> None:
+    """No statement of this session waits on another's lock, or runs, past the store's timeout:
+    PostgreSQL's defaults (0, no limit) let a session holding a table (LOCK TABLE, a VACUUM
+    FULL, a migration left open) stall every healthcheck and ``history`` without end. Session
+    settings (``set_config(..., false)``), committed so that they outlive this transaction."""
+    # The lock's limit a little below the statement's: a wait on a lock then says so
+    # ("canceling statement due to lock timeout") rather than "statement timeout".
+    lock_ms, statement_ms = max(1, int(timeout_s * 900)), max(1, int(timeout_s * 1000))
+    try:
+        conn.execute("SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)",
+                     (f"{lock_ms}ms", f"{statement_ms}ms"))
+        conn.commit()
+    except BaseException:
+        conn.close()
+        raise
 
 
 def owner_only(path: Path) -> None:

@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 ENV = "PREFLIGHT_DB"
 DEFAULT_NAME = "history.sqlite"
@@ -61,35 +61,77 @@ def parse(url: str) -> StoreUrl:
     if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
         if scheme.startswith("postgresql+"):  # SQLAlchemy's driver suffix, harmless here
             text = "postgresql" + text[len(scheme):]
-        parts = urlsplit(text)
+        try:
+            parts = urlsplit(text)
+        except ValueError as exc:  # a broken IPv6 host ("[::1"): urllib refuses it
+            raise StoreUrlError(f"{mask(text)!r}: {exc}") from None
         if not parts.path.strip("/") and "dbname=" not in parts.query:
             raise StoreUrlError(f"{mask(text)!r}: name the database (postgresql://HOST/DBNAME)")
         return StoreUrl(POSTGRES, text, mask(text))
     raise StoreUrlError(f"{mask(text)!r}: unknown store; use sqlite:///PATH or postgresql://HOST/DBNAME")
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_QUERY_PASSWORD = re.compile(r"(?i)(password=)([^&\s]*)")
+
+
+def _password_span(url: str) -> tuple[int, int] | None:
+    """Where the password of ``scheme://user:password@host...`` lies in ``url``, found without
+    trusting the URL to be well formed. PostgreSQL's documentation asks for ``@ / ? # :`` in a
+    password to be percent-encoded (libpq, "Connection URIs"), but one typed unencoded must
+    stay hidden too, and urllib then reads ``#`` or ``?`` as the start of a fragment or query
+    and finds no password at all. So the credentials end at the last ``@`` before the first
+    ``/`` that follows an ``@``: that covers ``@``, ``/``, ``?`` and ``#`` inside a password,
+    at worst hiding a host that a query's own ``@`` made look like one."""
+    m = _SCHEME.match(url)
+    if not m or m.group().lower().startswith("sqlite"):
+        return None  # a SQLite URL carries a path, never credentials
+    rest = m.end()
+    first_at = url.find("@", rest)
+    if first_at < 0:
+        return None
+    slash = url.find("/", first_at)
+    last_at = url.rfind("@", rest, slash if slash >= 0 else len(url))
+    colon = url.find(":", rest, last_at)
+    return (colon + 1, last_at) if colon >= 0 else None
+
+
 def mask(url: str) -> str:
-    """The URL with any password replaced by ``***``, in the netloc and in a ``password=`` query."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        cred, host = netloc.rsplit("@", 1)
-        if ":" in cred:
-            netloc = cred.split(":", 1)[0] + ":***@" + host
-    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    """The URL with any password replaced by ``***``, in the credentials and in a
+    ``password=`` query parameter, however the URL is spelled (broken ones included)."""
+    span = _password_span(url)
+    if span:
+        url = url[:span[0]] + "***" + url[span[1]:]
+    return _QUERY_PASSWORD.sub(r"\1***", url)
+
+
+def mask_in(text: str) -> str:
+    """``text`` (a word of a command line, say ``--db=postgresql://u:pw@h/db`` or a
+    ``--retest-arg`` holding one) with every URL in it masked: each URL runs from its scheme to
+    the next one or the end. Also every ``password=VALUE``, the libpq keyword form included."""
+    starts = [m.start() for m in _SCHEME.finditer(text)]
+    if not starts:
+        return _QUERY_PASSWORD.sub(r"\1***", text)
+    pieces = [text[:starts[0]]] + [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)], strict=True)]
+    return _QUERY_PASSWORD.sub(r"\1***", pieces[0]) + "".join(mask(p) for p in pieces[1:])
+
+
+def secrets_of(url: StoreUrl) -> list[str]:
+    """The store URL's passwords as typed: the credentials' and any ``password=`` value."""
+    if url.dialect != POSTGRES:
+        return []
+    span = _password_span(url.target)
+    found = [url.target[span[0]:span[1]]] if span else []
+    found += [m.group(2) for m in _QUERY_PASSWORD.finditer(url.target)]
+    return [s for s in found if s]
 
 
 def scrub(text: str, url: StoreUrl) -> str:
-    """``text`` (a driver's message) with the store's password removed wherever it appears."""
-    parts = urlsplit(url.target) if url.dialect == POSTGRES else None
-    secrets = [s for s in ((parts.password if parts else None),
-                           *re.findall(r"(?i)password=([^&]+)", parts.query if parts else "")) if s]
-    for s in secrets:
-        text = text.replace(s, "***")
+    """``text`` (a driver's message) with the store's password removed wherever it appears,
+    as typed and as a driver decodes it."""
+    for s in secrets_of(url):
+        for form in dict.fromkeys((s, unquote(s))):
+            text = text.replace(form, "***")
     # A PostgreSQL URL a driver quotes whole is shown masked; a SQLite path is no secret.
     return text.replace(url.target, url.shown) if url.dialect == POSTGRES and url.target != url.shown else text
 

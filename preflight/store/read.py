@@ -34,6 +34,16 @@ class Window:
         return self if self.until is not None else Window(self.since, time.time())
 
 
+def up_to_latest(store: Store, since: float) -> Window:
+    """The window from ``since`` to now, or to the latest time the store holds when that is
+    later: a run from a writer whose clock is ahead is shown (and acted on by the lifecycle)
+    now, not once the reader's clock has caught up. The runs' maximum is read from its index's
+    end; the events (drains, resumes, the lifecycle's steps) are few beside the runs."""
+    latest = [v for (v,) in store.rows("SELECT MAX(started) FROM pf_runs UNION ALL SELECT MAX(at) FROM pf_events")
+              if v is not None]
+    return Window(since, max([time.time(), *latest]))
+
+
 def nodes_like(store: Store, node: str, limit: int = 5) -> list[str]:
     """Recorded nodes whose names share the longest prefix with ``node``, for a 'did you mean'."""
     for cut in range(len(node), 0, -1):

@@ -10,7 +10,10 @@ needs (``figures.py``).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -19,10 +22,40 @@ from preflight.judge.figures import figures_of
 KINDS = ("run", "analyze", "merge", "soak", "healthcheck", "prolog")
 _KEPT = ("warn", "fail", "error")
 _STATUS_ORDER = {"pass": 0, "warn": 1, "error": 2, "fail": 3}
+# The times a run may have started at. Before 2000 no run of this tool; more than a day ahead of
+# the recording machine's clock is a clock gone wrong or a time in milliseconds (started_at
+# 1.7e12 is the year 55,000): kept, either would never be shown by a history that ends at the
+# reader's now. Up to a day ahead is a writer whose clock is merely off: recorded, and shown
+# (`history` reads up to the latest run recorded).
+EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc).timestamp()
+FUTURE_SLACK_S = 86400.0
+# What neither engine's text can hold: NUL (PostgreSQL refuses it) and a lone surrogate (a name
+# that was not valid UTF-8 and came through Python's surrogateescape; no driver encodes it).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class ReportShapeError(ValueError):
-    """A report.json the store cannot record: not preflight's, or without a run id."""
+    """A report.json the store cannot record: not preflight's, without a run id, or with a start
+    time that cannot be (the message names the field)."""
+
+
+def storable(text: str) -> str:
+    """``text`` as both engines can store it: NUL and lone surrogates written as the escapes
+    Python would print (``\\x00``, ``\\udcff``), so what was there stays visible. Every
+    parameter the store binds passes through here (``Store.execute``), written or looked up."""
+    if not _UNSTORABLE.search(text):
+        return text
+    return _UNSTORABLE.sub(lambda m: "\\x00" if m.group() == "\x00" else f"\\u{ord(m.group()):04x}", text)
+
+
+def fingerprint(run_id: str, created, hosts) -> str:
+    """What tells one run from another that reuses its id: the id, the run's own creation time
+    (as its report and bundle write it: a re-analysis of the bundle carries the same) and the
+    hosts it covered. The same report recorded live and imported later, or a bundle analysed
+    again, give the same; two healthchecks of two nodes that drew one id do not."""
+    key = json.dumps([run_id, created if isinstance(created, str) else None, sorted(map(str, hosts))],
+                     ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -38,6 +71,7 @@ class RunRow:
     checks: str  # JSON list of the check ids the run judged
     hosts: int
     report_dir: str | None = None  # where report.json (and the run's bundle/) were
+    fingerprint: str | None = None  # tells a re-recording of this run from another run reusing its id
 
 
 @dataclass(frozen=True)
@@ -83,9 +117,10 @@ def kind_of(report: dict) -> str:
 
 
 def rows_of(report: dict, *, started_fallback: float, command: str | None = None,
-            duration_s: float | None = None, report_dir: str | None = None) -> Rows:
+            duration_s: float | None = None, report_dir: str | None = None, now: float | None = None) -> Rows:
     """The rows of one report. ``started_fallback`` (the report file's time, say) stands in for
-    a report that carries no start time (soak reports written before the store existed)."""
+    a report that carries no start time (soak reports written before the store existed).
+    ``now`` (default: this machine's clock) bounds the start time a report may claim."""
     if not isinstance(report, dict) or report.get("format") != "preflight-report/1":
         raise ReportShapeError("not a preflight-report/1 report")
     # A re-analysis is recorded as the run whose evidence it judged (`analyze` writes
@@ -97,8 +132,17 @@ def rows_of(report: dict, *, started_fallback: float, command: str | None = None
     # started_at: the run's start to the millisecond (created is to the second), so that a
     # reading taken just after a lifecycle decision is seen as after it.
     precise = report.get("started_at")
-    started = (float(precise) if isinstance(precise, (int, float)) and not isinstance(precise, bool)
-               else epoch(report.get("created")) or started_fallback)
+    if isinstance(precise, (int, float)) and not isinstance(precise, bool):
+        try:
+            started, field_name = float(precise), "started_at"
+        except OverflowError:
+            raise ReportShapeError(f"started_at: {precise} is no time") from None
+    elif (created := epoch(report.get("created"))) is not None:
+        started, field_name = created, "created"
+    else:
+        started, field_name = started_fallback, None
+    if field_name:
+        _plausible(started, field_name, time.time() if now is None else now)
     if duration_s is None and isinstance(report.get("duration_s"), (int, float)):
         duration_s = float(report["duration_s"])
     checks = [c.get("id") for c in report.get("checks") or () if isinstance(c, dict) and isinstance(c.get("id"), str)]
@@ -111,7 +155,8 @@ def rows_of(report: dict, *, started_fallback: float, command: str | None = None
                  report.get("preflight_version") if isinstance(report.get("preflight_version"), str) else None,
                  command if command is not None else (report.get("command") if isinstance(report.get("command"), str)
                                                       else None),
-                 status, json.dumps(checks), len(hosts), report_dir)
+                 status, json.dumps(checks), len(hosts), report_dir,
+                 fingerprint(run_id, report.get("created"), hosts))
     out = Rows(run)
     for host, v in hosts.items():
         if isinstance(v, dict):
@@ -131,3 +176,11 @@ def rows_of(report: dict, *, started_fallback: float, command: str | None = None
     for host, name, value in figures_of(report):
         out.figures.append((run_id, host, started, name, value))
     return out
+
+
+def _plausible(started: float, field_name: str, now: float) -> None:
+    if not (started == started and EARLIEST <= started <= now + FUTURE_SLACK_S):  # NaN fails both
+        shown = iso(started) if 0 <= started < 253402300800 else repr(started)  # up to the year 9999
+        raise ReportShapeError(f"{field_name}: the run cannot have started at {shown} (before "
+                               f"{iso(EARLIEST)} or more than {FUTURE_SLACK_S / 3600:g} h after this machine's "
+                               f"clock, {iso(now)}; a time in milliseconds?)")

@@ -101,6 +101,12 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         # Where a run's reports and bundle are, for the RMA summary's serials and firmware.
         "ALTER TABLE pf_runs ADD COLUMN report_dir TEXT",
     )),
+    # What tells a re-recording of a run (skipped) from another run that drew the same id (kept
+    # under a derived id): rows.fingerprint. Runs recorded before it have none, and are matched
+    # by id alone, as they were.
+    (3, (
+        "ALTER TABLE pf_runs ADD COLUMN fingerprint TEXT",
+    )),
 )
 CURRENT = MIGRATIONS[-1][0]
 

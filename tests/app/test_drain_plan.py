@@ -57,3 +57,12 @@ def test_resume_only_preflights_drains_of_nodes_that_now_pass():
     why = {a.node: a.why for a in plan.actions if a.kind == "none"}
     assert why == {"gpu002": "drained by someone else (bad DIMM [ops@t]): left as it is",
                    "gpu007": "still fail in this run"}
+
+
+def test_a_slow_path_between_two_nodes_drains_neither_and_a_slow_rail_drains_its_node():
+    """preflight fabric's path finding blames the link between two nodes, not either of them."""
+    from preflight.app.drain import blamed
+
+    report = {"diagnoses": [{"cause": "fabric-path-slow", "hosts": ["n2", "n5"], "confidence": "high"},
+                            {"cause": "fabric-rail-slow", "hosts": ["n3"], "confidence": "high"}]}
+    assert set(blamed(report)) == {"n3"}

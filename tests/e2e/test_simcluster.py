@@ -294,3 +294,17 @@ def test_bad_hosts_are_refused_before_anything_is_built(tmp_path):
         with SimCluster([SimHost("a", {"timeout 5 nvidia-smi": Reply()})], tmp_path):
             pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_extra_rails_are_links_of_their_own(tmp_path):
+    """rails=2: every host has eth1 on a bridge and subnet of its own (127.78.K.N), beside eth0;
+    the cluster's teardown removes them with the rest."""
+    with SimCluster([SimHost("r1"), SimHost("r2")], tmp_path, rails=2) as cluster:
+        shown = subprocess.run(["ip", "netns", "exec", cluster.namespaces["r1"], "ip", "-o", "-4", "addr", "show"],
+                               capture_output=True, text=True, timeout=30).stdout
+        bridges = (cluster.bridge, *cluster._resources.rail_bridges)
+        links = (cluster.link_of("r2"), cluster.link_of("r2", 1))
+        assert f"eth0    inet {cluster.address('r1')}/24" in shown
+        assert f"eth1    inet {cluster.address('r1', 1)}/24" in shown
+        assert cluster.address("r1", 1).startswith("127.78.") and links[0] != links[1]
+    assert not any(Path(f"/sys/class/net/{dev}").exists() for dev in (*bridges, *links))

@@ -6,13 +6,15 @@ from __future__ import annotations
 import pytest
 
 from preflight.diagnose.engine import load_knowledge
+from preflight.judge.loader import load_checks
 from preflight.lifecycle.policy import PolicyError, load
 
 CAUSES = set(load_knowledge().causes)
+CHECKS = {c.id for c in load_checks()}
 
 
 def test_the_shipped_policy_names_only_known_causes_and_sources_its_steps():
-    policy, timings = load(causes_known=CAUSES)
+    policy, timings = load(causes_known=CAUSES, checks_known=CHECKS)  # its acceptance checks exist too
     assert policy.of("gpu-ecc-uncorrectable").confirm == "once"
     assert policy.of("gpu-fallen-off-bus").step == "reboot"
     assert policy.of("fabric-manager-down").service == "nvidia-fabricmanager"
@@ -46,12 +48,48 @@ def test_a_site_file_overrides_and_silences(tmp_path):
     ("format: preflight-lifecycle/1\ntimings: {confirm_k: -1}\n", "timings.confirm_k: a number >= 0"),
     ("format: preflight-lifecycle/1\nsilences: [{node: n1, cause: x, owner: bob}]\n",
      "silences[0]: missing reason, expires"),
-    ("format: preflight-lifecycle/1\nsilences: [{node: n1, cause: x, owner: bob, reason: r, expires: soon}]\n",
+    ("format: preflight-lifecycle/1\nsilences: [{node: n1, cause: nvlink-errors, owner: bob, reason: r, "
+     "expires: soon}]\n",
      "silences[0]: expires must be a date"),
+    # Sections of the wrong shape (issue 31: a traceback before).
+    ("format: preflight-lifecycle/1\ntimings: [confirm_k, 3]\n", "timings: must be a mapping"),
+    ("format: preflight-lifecycle/1\ncauses: [gpu-ecc-uncorrectable]\n", "causes: must be a mapping"),
+    ("format: preflight-lifecycle/1\nsilences: {node: n1}\n", "silences: must be a list"),
+    ("format: preflight-lifecycle/1\nsilences: 3\n", "silences: must be a list"),
+    # A date that does not exist is a YAML error at its line, not a traceback.
+    ("format: preflight-lifecycle/1\nsilences:\n  - {node: n1, cause: nvlink-errors, owner: bob, reason: r, "
+     "expires: 2026-02-30}\n", ":3: invalid YAML ('2026-02-30' is not a date"),
+    # Timings that were accepted silently: NaN, infinity, a fraction where a count belongs.
+    ("format: preflight-lifecycle/1\ntimings: {confirm_delay_s: .nan}\n", "timings.confirm_delay_s: a number >= 0"),
+    ("format: preflight-lifecycle/1\ntimings: {step_timeout_s: .inf}\n", "timings.step_timeout_s: a number >= 0"),
+    ("format: preflight-lifecycle/1\ntimings: {confirm_k: 2.5}\n", "timings.confirm_k: a whole number"),
+    ("format: preflight-lifecycle/1\ntimings: {breaker_drains: .nan}\n", "timings.breaker_drains: a number >= 0"),
+    ("format: preflight-lifecycle/1\ntimings: {breaker_fraction: 1.5}\n", "timings.breaker_fraction: a share"),
+    # Silences: a cause that does not exist, fields of the wrong type.
+    ("format: preflight-lifecycle/1\nsilences: [{node: n1, cause: gpu-on-fire, owner: bob, reason: r, "
+     "expires: 2026-12-31}]\n", "silences[0].cause: 'gpu-on-fire': no such cause"),
+    ("format: preflight-lifecycle/1\nsilences: [{node: 17, cause: nvlink-errors, owner: bob, reason: r, "
+     "expires: 2026-12-31}]\n", "silences[0].node: a text, not 17"),
+    ("format: preflight-lifecycle/1\nsilences: [{node: n1, cause: nvlink-errors, owner: [bob], reason: r, "
+     "expires: 2026-12-31}]\n", "silences[0].owner: a text, not ['bob']"),
+    ("format: preflight-lifecycle/1\nsilences: [{node: n1, cause: nvlink-errors, owner: bob, reason: yes, "
+     "expires: 2026-12-31}]\n", "silences[0].reason: a text, not True"),
+    # An acceptance check that does not exist would fail every retest of the cause.
+    ("format: preflight-lifecycle/1\ncauses: {gpu-ecc-uncorrectable: {acceptance: [dcgm-diagg]}}\n",
+     "causes.gpu-ecc-uncorrectable.acceptance: no such check: dcgm-diagg"),
 ])
 def test_a_bad_site_file_is_refused_with_file_and_field(tmp_path, body, message):
     site = tmp_path / "site.yaml"
     site.write_text(body)
     with pytest.raises(PolicyError) as caught:
-        load(site, CAUSES)
+        load(site, CAUSES, CHECKS)
     assert str(site) in str(caught.value) and message in str(caught.value)
+
+
+def test_a_silence_may_name_every_cause_and_counts_may_be_written_as_whole_floats(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("format: preflight-lifecycle/1\ntimings: {confirm_k: 2.0, breaker_fraction: 0.25}\n"
+                    "silences: [{node: '*', cause: '*', owner: bob, reason: maintenance, expires: 2026-12-31}]\n")
+    policy, timings = load(site, CAUSES, CHECKS)
+    assert policy.confirm_k == 2 and isinstance(policy.confirm_k, int) and timings["breaker_fraction"] == 0.25
+    assert policy.silences[0].cause == "*"
