@@ -85,6 +85,12 @@ def nccl_multinode(fleet):
     for pid, run in runs.items():
         _judge_run(fleet, run, hosts, v, f"{_LABEL[pid]} ({_shape(run)})")
     _localise(fleet, runs, hosts, v)
+    # Where a failing or hung fleet run points by its own output: NCCL WARN lines' hosts and the
+    # peers they name, the ranks that never finished (mpi engine).
+    named = [h for r in runs.values() if not r.ok for h in hang_named(r, hosts, dict(r.addresses))]
+    if named:
+        v.infos.append(f"the failing fleet runs' output names: {', '.join(dict.fromkeys(named))}")
+        v.data["named"] = list(dict.fromkeys(named))
     host_outcomes = _judge_bisection(fleet, runs, walked, hosts, v)
 
     culprits = [o.host for o in host_outcomes if o.status.value == "fail"]
@@ -303,9 +309,6 @@ def _judge_bisection(fleet, runs: dict[str, MultinodeRun], walked: list[Multinod
     for host in found.unresolved:
         outcomes.append(warn("in a failing group of the bisection, neither blamed nor cleared"
                              + (f" ({found.notes[0]})" if found.notes else ""), host=host))
-    named = [h for r in runs.values() if not r.ok for h in hang_named(r, hosts, dict(r.addresses))]
-    if named:
-        v.infos.append(f"the failing fleet runs' output names: {', '.join(dict.fromkeys(named))}")
     return outcomes
 
 

@@ -219,6 +219,8 @@ def test_bisection_names_the_culprit_and_the_diagnosis_lands_on_it_only():
     assert fleet.status is Status.FAIL and fleet.symptoms == ()
     assert fleet.summary.startswith("isolated by bisection: gpu03 (see the host findings)")
     assert "bisection: 3 rounds, 5 runs, 12 node-runs" in fleet.summary
+    # The inter-node run's error-12 line came from gpu02 (which saw its peer stop answering).
+    assert "the failing fleet runs' output names: gpu02" in fleet.summary and fleet.data["named"] == ["gpu02"]
     assert fleet.data["bisection"]["culprits"] == ["gpu03"] and fleet.data["bisection"]["rounds"] == 3
     by_host = {f.host: f for f in findings if f.host}
     assert {h: f.status for h, f in by_host.items()} == {
