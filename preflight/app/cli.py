@@ -78,21 +78,14 @@ def _active_test_options(run: argparse.ArgumentParser) -> None:
     g = run.add_argument_group("active tests", "nccl-tests all_reduce_perf on every node (a few minutes of full load)")
     g.add_argument("--nccl-reps", type=_positive(int), default=5, metavar="N",
                    help="repetitions of all_reduce_perf per node (default 5)")
-    g.add_argument("--nccl-max-bytes", type=_size, default="8G", metavar="SIZE",
-                   help="largest message, e.g. 8G, 512M or bytes (default 8G)")
-    g.add_argument("--nccl-timeout", type=_positive(float, LONGEST_S), default=300.0, metavar="SECONDS",
-                   help="limit per repetition; one that runs longer counts as hung (default 300)")
-    g.add_argument("--nccl-tests-dir", metavar="DIR",
-                   help="where all_reduce_perf lives on the nodes (default: PATH, else torch fallback)")
+    collective_options.add_engine(g)
     g.add_argument("--nccl-multinode", action="store_true",
                    help="also all_reduce across the hosts through mpirun on the first host, with intra- and "
                         "inter-node-only variants, then a bisection (halves, cross-boundary pairings, 2-node "
                         "confirmation) to name the culprit node or path; needs Open MPI's "
                         "mpirun there, passwordless SSH between the nodes and all_reduce_perf built with MPI=1; "
                         "with --slurm, srun steps instead (one task per GPU; the site's MPI plugin, no SSH)")
-    g.add_argument("--nccl-node-dir", metavar="DIR", default=None,
-                   help="where --nccl-multinode writes its hostfiles on the first host "
-                        "(default ~/.cache/preflight/multinode)")
+    collective_options.add_launcher(g)
     collective_options.add(g)
     dcgm_options.add(g)
     g.add_argument("--quick", action="store_true", help="static checks only: leave out active tests")

@@ -14,11 +14,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from preflight.collect.multinode import PROBE_FULL, VARIANTS, MultinodeOptions, record_not_run, run_stage, stage_members
-from preflight.collect.multinode_slurm import run_multinode_slurm
 from preflight.collect.node import Node
 from preflight.collect.ssh import SshNode, SshOptions, address_of
-from preflight.collect.stage import Stage, StageContext
-from preflight.evidence.bundle import FLEET_HOST
 from preflight.fabric.bisection import Bisection
 from preflight.judge.collective import Expectation, RoundJudge
 from preflight.knowledge.profiles import Profile
@@ -84,19 +81,3 @@ def collective_over_ssh(hosts: Sequence[Host], evidence: Mapping[str, Mapping[st
                                 addresses={h.name: address_of(h, ssh) for h in members})
     finally:
         launcher.close()
-
-
-def collective_stage_of(options: MultinodeOptions) -> Stage:
-    """The collective as a stage of a run (``preflight.app.run.RunRequest.stages``), for
-    ``preflight fabric --collective`` after the rail stage: over SSH from the first member host,
-    or as srun steps under ``--slurm``; its runs go to the bundle's ``fleet-`` pseudo-host. The
-    run's checks must include ``nccl-multinode`` for them to be judged."""
-
-    def stage(ctx: StageContext) -> None:
-        if ctx.slurm is not None:
-            run_multinode_slurm(ctx.hosts, ctx.evidence, ctx.on_result, ctx.slurm, options, ctx.run_id, FLEET_HOST,
-                                judge_for(options))
-        else:
-            collective_over_ssh(ctx.hosts, ctx.evidence, ctx.on_result, ctx.ssh, options, ctx.run_id, FLEET_HOST)
-
-    return stage

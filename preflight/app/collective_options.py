@@ -16,7 +16,7 @@ import shlex
 from preflight.app.errors import UsageError
 from preflight.collect.multinode import TOOLS, MultinodeOptions
 from preflight.collect.nccl import NcclOptions, parse_size
-from preflight.knowledge.datafile import positive
+from preflight.knowledge.datafile import LONGEST_S, positive
 
 
 def _size(text: str) -> int:
@@ -34,6 +34,22 @@ def _ratio(text: str) -> float:
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive): {text}")
     return value
+
+
+def add_engine(group) -> None:
+    """nccl-tests' own options, which ``run`` and ``fabric --collective`` share."""
+    group.add_argument("--nccl-max-bytes", type=_size, default="8G", metavar="SIZE",
+                       help="largest message, e.g. 8G, 512M or bytes (default 8G)")
+    group.add_argument("--nccl-timeout", type=positive(float, LONGEST_S), default=300.0, metavar="SECONDS",
+                       help="limit per repetition; one that runs longer counts as hung (default 300)")
+    group.add_argument("--nccl-tests-dir", metavar="DIR",
+                       help="where all_reduce_perf lives on the nodes (default: PATH, else torch fallback)")
+
+
+def add_launcher(group) -> None:
+    group.add_argument("--nccl-node-dir", metavar="DIR", default=None,
+                       help="where the multi-node run writes its hostfiles on the first host "
+                            "(default ~/.cache/preflight/multinode)")
 
 
 def add(group) -> None:

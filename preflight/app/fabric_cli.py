@@ -4,8 +4,10 @@ It is a run (``preflight.app.run.execute``) whose per-host probes are only the r
 (``ibv-devinfo`` and ``ibstat``, or ``ip-addr`` for iperf3) and whose stage is the rail stage
 (``preflight.collect.fabric_rails``); its only check is ``fabric-rails``. So it writes the same
 run directory, bundle and reports as ``run``, and ``analyze``, ``drain``, ``diff``, the results
-store and the lifecycle read it unchanged. ``stages_for`` is where the collective's stage joins
-after the rails (``--collective``, later).
+store and the lifecycle read it unchanged. With ``--collective`` the run goes on, after the rails,
+with the collective across the nodes and its bisection (``preflight.app.collective``), exactly as
+``run --nccl-multinode`` runs it: both stages in one run directory, judged by ``fabric-rails`` and
+``nccl-multinode`` alike.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from __future__ import annotations
 import argparse
 import re
 
-from preflight.app import options, targets
+from preflight.app import collective_options, options, targets
 from preflight.app.errors import UsageError
 from preflight.app.run import RunRequest
 from preflight.collect.fabric_rails import RailOptions, rail_stage
 from preflight.collect.fanout import ExecPlan
+from preflight.collect.multinode import NODE_DIR, MultinodeOptions
+from preflight.collect.nccl import NcclOptions
 from preflight.collect.probes import PROBES
 from preflight.collect.stage import Stage
 from preflight.diagnose.engine import load_knowledge
@@ -29,6 +33,8 @@ from preflight.knowledge.datafile import LONGEST_S, positive
 from preflight.knowledge.profiles import load_profiles
 
 CHECK_ID = "fabric-rails"
+COLLECTIVE_CHECK_ID = "nccl-multinode"
+SMI_PROBE = "nvidia-smi-q-x"  # the GPUs per node the nccl engine's ranks need (collect.multinode.gpus_of)
 MAX_REPS = 100
 MAX_SECONDS = 600.0
 # iperf3's own number syntax for -b and -n (a number, then K/M/G/T): checked here so that a typo
@@ -66,6 +72,14 @@ def add_parser(sub, report_options, store_options) -> argparse.ArgumentParser:
     g.add_argument("--bytes", metavar="SIZE", dest="size",
                    help="iperf3: send SIZE bytes (iperf3 -n, e.g. 2M) instead of for --seconds: short tests on a "
                         "test bed")
+    c = fa.add_argument_group("the collective", "after the rails, an all_reduce across every node and, when it "
+                                                 "fails, hangs or is slow, its bisection (as run --nccl-multinode)")
+    c.add_argument("--collective", action="store_true",
+                   help="also run the collective across the nodes: nccl-tests through mpirun on the first node "
+                        "(or srun steps under --slurm), or --collective-tool mpi on a CPU test bed")
+    collective_options.add_engine(c)
+    collective_options.add_launcher(c)
+    collective_options.add(c)
     fa.add_argument("--parallel", type=positive(int), default=64, help="hosts listed at once (default 64)")
     fa.add_argument("--timeout", type=positive(float, LONGEST_S), default=30.0,
                     help="seconds for each node's rail listing (default 30)")
@@ -101,8 +115,25 @@ def rail_options(args: argparse.Namespace) -> RailOptions:
 
 
 def stages_for(rails: RailOptions) -> tuple[Stage, ...]:
-    """The stages of a fabric run, in order: the rails; the collective's stage goes after."""
+    """The stages of a fabric run before the collective (which ``execute`` runs after every stage)."""
     return (rail_stage(rails),)
+
+
+def collective_of(args: argparse.Namespace) -> MultinodeOptions | None:
+    """The collective's options with ``--collective``, else None; without it, its options are refused
+    rather than ignored."""
+    if not args.collective:
+        given = [a for a in ("mpirun_args", "collective_expect_busbw", "nccl_tests_dir", "nccl_node_dir")
+                 if getattr(args, a)]
+        if given or args.collective_tool != "nccl" or args.collective_reps != 1:
+            named = [f"--{a.replace('_', '-')}" for a in given]
+            named += ["--collective-tool"] * (args.collective_tool != "nccl")
+            named += ["--collective-reps"] * (args.collective_reps != 1)
+            raise UsageError(f"{', '.join(named)}: only with --collective")
+        return None
+    # One repetition per run: the collective's own --collective-reps repeats the fleet run.
+    nccl = NcclOptions(1, args.nccl_max_bytes, args.nccl_timeout, args.nccl_tests_dir, setup_timeout_s=args.timeout)
+    return collective_options.options_of(args, nccl, args.nccl_node_dir or NODE_DIR)
 
 
 def fabric_request(args: argparse.Namespace) -> RunRequest:
@@ -113,12 +144,16 @@ def fabric_request(args: argparse.Namespace) -> RunRequest:
     if len(hosts) < 2:
         raise UsageError(f"fabric: {len(hosts)} node(s) named: a pairwise test needs two or more "
                          "(--hosts FILE, -H a,b or --slurm -w NODES)")
-    checks = [c for c in load_checks() if c.id == CHECK_ID]
-    if not checks:
-        raise UsageError(f"fabric: the {CHECK_ID} check is not installed")
+    collective = collective_of(args)
+    wanted = (CHECK_ID, COLLECTIVE_CHECK_ID) if collective else (CHECK_ID,)
+    checks = [c for c in load_checks() if c.id in wanted]
+    if missing := sorted(set(wanted) - {c.id for c in checks}):
+        raise UsageError(f"fabric: the {', '.join(missing)} check is not installed")
     listing = (IP_ADDR_PROBE,) if rails.tool == "iperf3" else (IBV_PROBE, IBSTAT_PROBE)
+    if collective and collective.tool == "nccl":
+        listing += (SMI_PROBE,)
     plan = ExecPlan(tuple(PROBES[p] for p in listing), args.timeout, args.parallel, targets.ssh_of(args),
                     per_node=2, node_runner=False)
     run_id = targets.run_id_of(args, new_run_id())
     return RunRequest(hosts, checks, load_profiles(()), load_knowledge(), plan, args.out, run_id, None,
-                      html=args.html, slurm=slurm, stages=stages_for(rails))
+                      html=args.html, slurm=slurm, stages=stages_for(rails), multinode=collective)

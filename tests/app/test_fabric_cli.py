@@ -15,6 +15,10 @@ from preflight.app.cli import main
     (["-H", "a,b", "--bitrate", "1G"], "--bitrate: only with --pair-tool iperf3"),
     (["-H", "a,b", "--bytes", "2M"], "--bytes: only with --pair-tool iperf3"),
     (["-H", "a,b", "--pair-tool", "iperf3", "--bitrate", "1 G; rm -rf /"], "--bitrate: '1 G; rm -rf /' is not a number"),
+    (["-H", "a,b", "--collective-tool", "mpi"], "--collective-tool: only with --collective"),
+    (["-H", "a,b", "--mpirun-args", "-x A", "--collective-reps", "2"],
+     "--mpirun-args, --collective-reps: only with --collective"),
+    (["-H", "a,b", "--collective", "--mpirun-args", "'unclosed"], "--mpirun-args: No closing quotation"),
 ])
 def test_refused_before_anything_runs(argv, said, tmp_path, capsys):
     assert main(["fabric", *argv, "--out", str(tmp_path / "out"), "--no-db"]) == 2

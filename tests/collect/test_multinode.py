@@ -344,18 +344,3 @@ def test_gpus_of_a_host_whose_smi_xml_was_cut_short_is_unknown_not_the_gpus_befo
     cut = xml[:xml.index("<gpu id=", xml.index("<gpu id=", xml.index("<gpu id=") + 1) + 1)]
     assert gpus_of(smi(xml)) == 8 and cut.count("<gpu id=") == 2
     assert gpus_of(smi(cut)) is None
-
-
-def test_the_collective_as_a_run_stage_records_why_it_could_not_run():
-    # preflight fabric --collective adds the stage after the rails: with one reached host it
-    # records, under the fleet pseudo-host, why the multi-node run did not happen.
-    from preflight.app.collective import collective_stage_of
-    from preflight.collect.ssh import SshOptions
-    from preflight.collect.stage import StageContext
-    from preflight.model import Host
-
-    recorded: list[ProbeResult] = []
-    stage = collective_stage_of(MultinodeOptions(tool="mpi"))
-    stage(StageContext([Host("n1"), Host("n2")], {"n1": {}}, recorded.append, SshOptions(), None, "r1"))
-    assert [(r.probe, r.host, r.error) for r in recorded] == [
-        (PROBE_FULL, FLEET_HOST, "1 reachable host(s): a multi-node run needs two")]

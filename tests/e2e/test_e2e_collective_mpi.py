@@ -149,3 +149,23 @@ def test_host_the_launcher_cannot_reach_reads_never_ran(cluster, tmp_path):
     assert "ssh to 127.77." in host["summary"] and "Connection timed out" in host["summary"]
     assert {d["cause"]: d["hosts"] for d in report["diagnoses"]} == {"collective-never-ran": ["n4"]}
     assert code != 0
+
+
+@pytest.mark.skipif(not shutil.which("iperf3"), reason="iperf3 missing (apt-get install iperf3)")
+def test_fabric_runs_the_rails_then_the_collective_in_one_run(cluster, tmp_path):
+    # `preflight fabric --collective`: the rail stage (real iperf3) and the collective (real mpirun)
+    # in one run directory, each judged by its own check; a slow host is blamed by both.
+    out = tmp_path / "fabric"
+    with slow_host(cluster, "n3", "20mbit"):
+        code = main(["fabric", "--hosts", str(cluster.hosts_file), "--ssh-config", str(cluster.ssh_config),
+                     "--known-hosts", str(cluster.known_hosts), "--identity", str(cluster.identity),
+                     "--out", str(out), "--run-id", "f", "-q", "--no-db", "--pair-tool", "iperf3",
+                     "--seconds", "1", "--reps", "1", "--bitrate", "200M", "--collective",
+                     "--collective-tool", "mpi", "--mpirun-args", mpirun_args(cluster), "--collective-bytes", "1M",
+                     "--collective-slow-ratio", "0.2", "--nccl-timeout", "20",
+                     "--nccl-node-dir", str(tmp_path / "launcher")])
+    report = json.loads((out / "f" / "report.json").read_text())
+    failed = {(f["check"], f["host"]) for f in report["findings"] if f["host"] and f["status"] == "fail"}
+    assert code == 1 and failed == {("fabric-rails", "n3"), ("nccl-multinode", "n3")}, failed
+    saved = {p.name for p in (out / "f" / "bundle" / "hosts").rglob("*") if p.is_file()}
+    assert "nccl-multinode.txt" in saved and any(n.startswith("fabric-rail-") for n in saved)
