@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from preflight.judge import trends
 from preflight.judge.figures import FIGURES
 from preflight.model import HostHistory, PastRun
+from preflight.store import seek
 from preflight.store.db import Store, StoreError
 from preflight.store.rows import iso
 
@@ -112,35 +113,66 @@ def node_history(store: Store, node: str, window: Window) -> dict:
     }
 
 
-def _run_orders(store: Store, window: Window) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """The run ids, in time order, of every node that failed something in the window: all of
-    them (for causes: host-unreachable is one), and the reachable ones (for checks' verdicts: a
-    node that could not be reached was not judged). One query for both."""
-    w = (window.since, window.end)
-    every: dict[str, list[str]] = defaultdict(list)
-    reached: dict[str, list[str]] = defaultdict(list)
-    for host, run_id, reachable in store.rows(
-            "SELECT host, run_id, reachable FROM pf_host_results WHERE started >= ? AND started <= ? "
-            "AND host IN (SELECT host FROM pf_diagnoses WHERE started >= ? AND started <= ? UNION "
-            "SELECT host FROM pf_findings WHERE started >= ? AND started <= ? AND status IN ('fail', 'error')) "
-            "ORDER BY host, started, run_id", w * 3):
+class _Gap:
+    """A place in a node's compacted run order where runs that carry nothing stood."""
+
+
+def _hit_orders(store: Store, window: Window) -> tuple[dict[str, list], dict[str, list]]:
+    """For every node that failed something in the window, the runs that carried a cause or a
+    failing check, in time order, with a gap wherever the node had other runs between two of
+    them: all runs (for causes: host-unreachable is one), and the reachable ones (for checks'
+    verdicts: a node that could not be reached was not judged). ``trends.incidents`` needs only
+    which of these runs are consecutive, so a node's passing runs are never fetched."""
+    every: dict[str, list] = defaultdict(list)
+    reached: dict[str, list] = defaultdict(list)
+    last: dict[str, str] = {}
+    last_reached: dict[str, str] = {}
+    for host, run_id, reachable, before, before_reached in seek.hit_runs(store, window.since, window.end):
+        if every[host] and last.get(host) != before:
+            every[host].append(_Gap())
         every[host].append(run_id)
+        last[host] = run_id
         if reachable:
+            if reached[host] and last_reached.get(host) != before_reached:
+                reached[host].append(_Gap())
             reached[host].append(run_id)
+            last_reached[host] = run_id
     return every, reached
 
 
-def _checks_of_runs(store: Store, window: Window) -> dict[str, frozenset]:
-    """The checks each run of a node that failed something in the window judged (a run that did
-    not judge a check says nothing of it: a --quick run is no pass of all_reduce)."""
-    out: dict[str, frozenset] = {}
-    cache: dict[str, frozenset] = {}
-    for run_id, checks in store.rows(
-            "SELECT DISTINCT r.run_id, r.checks FROM pf_runs r JOIN pf_host_results h ON h.run_id = r.run_id "
-            "WHERE r.started >= ? AND r.started <= ? AND h.started >= ? AND h.started <= ? "
-            "AND h.host IN (SELECT host FROM pf_findings WHERE started >= ? "
-            "AND started <= ? AND status IN ('fail', 'error'))", (window.since, window.end) * 3):
-        out[run_id] = cache.get(checks) or cache.setdefault(checks, frozenset(json.loads(checks)))
+def _verdicts(store: Store, window: Window, failed_in: dict[tuple[str, str], set[str]],
+              policy: trends.Policy) -> dict[tuple[str, str], list[bool]]:
+    """(node, check) -> the check's last ``policy.flap_runs`` verdicts on the node, oldest first:
+    over the node's reachable runs that judged the check (a run that did not judge it says
+    nothing of it: a --quick run is no pass of all_reduce) or failed it. Only pairs with enough
+    failures to change ``policy.flap_transitions`` times are read: each failing verdict makes
+    at most two changes. Each node's latest runs are read, more only while a check lacks
+    verdicts among them."""
+    pairs = {key: bad for key, bad in failed_in.items() if 2 * len(bad) >= policy.flap_transitions}
+    hosts = sorted({host for host, _ in pairs})
+    checks_of: dict[str, frozenset] = {}
+    out: dict[tuple[str, str], list[bool]] = {}
+    depth = policy.flap_runs
+    while hosts:
+        runs = seek.latest_reached_runs(store, hosts, window.since, window.end, depth)
+        short = set()
+        for (host, check), bad in pairs.items():
+            if host not in hosts:
+                continue
+            latest = runs.get(host, [])
+            seq = []
+            for run_id, checks in latest:
+                judged = checks_of.get(checks) or checks_of.setdefault(checks, frozenset(json.loads(checks)))
+                if run_id in bad or check in judged:
+                    seq.append(run_id in bad)
+                    if len(seq) == policy.flap_runs:
+                        break
+            if len(seq) < policy.flap_runs and len(latest) == depth:
+                short.add(host)  # the node has older runs, which may hold more of this check's verdicts
+                continue
+            out[(host, check)] = seq[::-1]
+        hosts = sorted(short)
+        depth *= 4
     return out
 
 
@@ -163,7 +195,7 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
                          "JOIN pf_host_results h ON h.run_id = f.run_id AND h.host = f.host "
                          "WHERE f.started >= ? AND f.started <= ? AND h.reachable = 1 "
                          "AND f.status IN ('fail', 'error')", w)
-    every, order = _run_orders(store, window) if (failing or cause_hits) else ({}, {})
+    every, order = _hit_orders(store, window) if (failing or cause_hits) else ({}, {})
     cause_incidents = trends.incidents(every, cause_hits)
     check_incidents = trends.incidents(order, failing)
 
@@ -171,23 +203,11 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
     failed_in = defaultdict(set)
     for host, check, run_id, _ in failing:
         failed_in[(host, check)].add(run_id)
-    judged_by = _checks_of_runs(store, window) if failed_in else {}
-    sequences = {}
-    for (host, check), bad in failed_in.items():
-        sequences[(host, check)] = [r in bad for r in order.get(host, ()) if r in bad or check in judged_by.get(r, ())]
+    sequences = _verdicts(store, window, failed_in, policy)
 
-    # Degrading: every figure's readings per node, in time order.
-    # Only each series' last readings, those a trend compares (and the spread is measured on):
-    # a year of daily runs is 13 readings a node, not 365.
-    keep = policy.recent_runs + policy.baseline_runs
-    series: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for host, figure, value in store.rows(
-            "SELECT host, figure, value FROM (SELECT host, figure, value, started, run_id, ROW_NUMBER() OVER "
-            "(PARTITION BY host, figure ORDER BY started DESC, run_id DESC) AS back FROM pf_figures "
-            "WHERE started >= ? AND started <= ?) recent WHERE back <= ? ORDER BY host, figure, started, run_id",
-            (*w, keep)):
-        series[(host, figure)].append(value)
+    # Degrading: every figure's last readings per node, in time order.
     worse = {name: f.worse for name, f in FIGURES.items()}
+    series = seek.latest_readings(store, *w, sorted(worse), policy.recent_runs + policy.baseline_runs)
 
     # Rates: host-runs judged per check, failing host-runs per check and cause, node-hours.
     judged: dict[str, int] = defaultdict(int)
@@ -201,7 +221,7 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
     for _, cause, _, _ in cause_hits:
         cause_failures[cause] += 1
     host_runs = sum(hosts for _, _, hosts, _ in groups)
-    nodes = store.rows("SELECT COUNT(DISTINCT host) FROM pf_host_results WHERE started >= ? AND started <= ?", w)[0][0]
+    nodes = seek.nodes_in(store, *w)
     first = min((f for *_, f in groups), default=window.end)
     span_h = max(0.0, (window.end - first) / 3600)
     node_hours = (nodes or 0) * span_h

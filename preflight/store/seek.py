@@ -1,0 +1,125 @@
+"""Bounded reads for the fleet's questions: statements whose cost follows the size of their
+answer (the fleet's nodes, the failing runs) rather than the number of rows in the window, so
+that a year of daily runs of 10,000 nodes (3.65 M host results) is answered from a few tens of
+thousands of index seeks instead of every row (issue 31, bench/RESULTS.md).
+
+Two devices, both plain SQL on SQLite and PostgreSQL:
+- a *loose index scan*: the distinct values of an index's leading column found one seek at a
+  time (``MIN(col) WHERE col > previous``) in a recursive statement, where ``SELECT DISTINCT``
+  would walk every row of every value;
+- the *latest rows of each key*: ``ORDER BY started DESC LIMIT k`` per key, which PostgreSQL runs
+  for every key in one statement (``CROSS JOIN LATERAL``); SQLite has no LATERAL, so there each
+  key's rows are read from its k-th latest one on, which a correlated seek finds.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from preflight.store.db import Store
+from preflight.store.location import POSTGRES
+
+
+def nodes_in(store: Store, since: float, until: float) -> int:
+    """How many nodes have a host result in the window: each recorded node is found by one seek
+    on (host, started), and asked whether it has a run in the window by another."""
+    return int(store.rows(
+        "WITH RECURSIVE n(host) AS (SELECT MIN(host) FROM pf_host_results UNION ALL "
+        "SELECT (SELECT MIN(h.host) FROM pf_host_results h WHERE h.host > n.host) FROM n WHERE n.host IS NOT NULL) "
+        "SELECT COUNT(*) FROM n WHERE n.host IS NOT NULL AND EXISTS (SELECT 1 FROM pf_host_results h "
+        "WHERE h.host = n.host AND h.started >= ? AND h.started <= ?)", (since, until))[0][0] or 0)
+
+
+# The (node, figure) pairs the store holds readings of, one seek each on (host, figure, started).
+_FIGURE_PAIRS = (
+    "n(host) AS (SELECT MIN(host) FROM pf_figures UNION ALL "
+    "SELECT (SELECT MIN(x.host) FROM pf_figures x WHERE x.host > n.host) FROM n WHERE n.host IS NOT NULL), "
+    "f(host, figure) AS (SELECT host, (SELECT MIN(x.figure) FROM pf_figures x WHERE x.host = n.host) FROM n "
+    "WHERE n.host IS NOT NULL UNION ALL SELECT host, (SELECT MIN(x.figure) FROM pf_figures x "
+    "WHERE x.host = f.host AND x.figure > f.figure) FROM f WHERE f.figure IS NOT NULL)")
+
+
+def latest_readings(store: Store, since: float, until: float, figures: Sequence[str],
+                    keep: int) -> dict[tuple[str, str], list[float]]:
+    """(node, figure) -> its last ``keep`` readings in the window, oldest first, for the figures
+    named; pairs without a reading in the window are left out. One statement."""
+    if not figures:
+        return {}
+    marks = ", ".join("?" for _ in figures)
+    w = (since, until)
+    if store.dialect == POSTGRES:
+        rows = store.rows(
+            f"WITH RECURSIVE {_FIGURE_PAIRS} SELECT f.host, f.figure, x.value FROM f CROSS JOIN LATERAL "
+            "(SELECT value, started, run_id FROM pf_figures v WHERE v.host = f.host AND v.figure = f.figure "
+            "AND v.started >= ? AND v.started <= ? ORDER BY v.started DESC, v.run_id DESC LIMIT ?) x "
+            f"WHERE f.figure IN ({marks}) ORDER BY f.host, f.figure, x.started, x.run_id", (*w, keep, *figures))
+    else:
+        # No LATERAL in SQLite: each pair's readings from its keep-th latest one on, that one found
+        # by a seek; a tie at that time may bring one more, trimmed below.
+        rows = store.rows(
+            f"WITH RECURSIVE {_FIGURE_PAIRS} SELECT f.host, f.figure, v.value FROM f JOIN pf_figures v "
+            "ON v.host = f.host AND v.figure = f.figure AND v.started <= ? AND v.started >= COALESCE("
+            "(SELECT b.started FROM pf_figures b WHERE b.host = f.host AND b.figure = f.figure AND b.started >= ? "
+            "AND b.started <= ? ORDER BY b.started DESC LIMIT 1 OFFSET ?), ?) "
+            f"WHERE f.figure IN ({marks}) ORDER BY f.host, f.figure, v.started, v.run_id",
+            (until, *w, keep - 1, since, *figures))
+    out: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for host, figure, value in rows:
+        out[(host, figure)].append(value)
+    return {pair: values[-keep:] for pair, values in out.items()}
+
+
+def latest_reached_runs(store: Store, hosts: Sequence[str], since: float, until: float,
+                        depth: int) -> dict[str, list[tuple[str, str]]]:
+    """node -> its last ``depth`` reachable runs in the window, latest first, as (run_id, the
+    run's checks as stored)."""
+    out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    w = (since, until)
+    if store.dialect == POSTGRES:
+        rows = store.rows(
+            "SELECT k.host, x.run_id, x.checks FROM unnest(?::text[]) WITH ORDINALITY AS k(host, i) CROSS JOIN LATERAL "
+            "(SELECT h.run_id, h.started, r.checks FROM pf_host_results h JOIN pf_runs r ON r.run_id = h.run_id "
+            "WHERE h.host = k.host AND h.reachable = 1 AND h.started >= ? AND h.started <= ? "
+            "ORDER BY h.started DESC, h.run_id DESC LIMIT ?) x ORDER BY k.i, x.started DESC, x.run_id DESC",
+            (list(hosts), *w, depth))
+    else:
+        rows = []
+        for part in _chunks(hosts):
+            rows += store.rows(
+                f"WITH k(host) AS (VALUES {', '.join('(?)' for _ in part)}) "
+                "SELECT k.host, h.run_id, r.checks FROM k JOIN pf_host_results h ON h.host = k.host "
+                "AND h.reachable = 1 AND h.started <= ? AND h.started >= COALESCE((SELECT b.started "
+                "FROM pf_host_results b WHERE b.host = k.host AND b.reachable = 1 "
+                "AND b.started >= ? AND b.started <= ? ORDER BY b.started DESC LIMIT 1 OFFSET ?), ?) "
+                "JOIN pf_runs r ON r.run_id = h.run_id "
+                "ORDER BY k.host, h.started DESC, h.run_id DESC", (*part, until, *w, depth - 1, since))
+    for host, run_id, checks in rows:
+        if len(out[host]) < depth:
+            out[host].append((run_id, checks))
+    return out
+
+
+def _chunks(items: Sequence[str], size: int = 500):
+    # SQLite before 3.32 binds at most 999 parameters per statement.
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def hit_runs(store: Store, since: float, until: float) -> list[tuple]:
+    """Every host result in the window that carries a diagnosis or a failing finding, by node and
+    time: (host, run_id, reachable, the node's run just before it, its reachable run just before
+    it), those two within the window too (None at its start). Two runs carrying a cause are then
+    consecutive exactly when the later one's previous run is the earlier one, which is all an
+    incident needs of a node's order; the node's other runs are never read."""
+    before = ("(SELECT p.run_id FROM pf_host_results p WHERE p.host = h.host AND p.started >= ? "
+              "AND p.started <= h.started AND (p.started < h.started OR p.run_id < h.run_id){} "
+              "ORDER BY p.started DESC, p.run_id DESC LIMIT 1)")
+    w = (since, until)
+    return store.rows(
+        f"SELECT h.host, h.run_id, h.reachable, {before.format('')}, {before.format(' AND p.reachable = 1')} "
+        "FROM (SELECT run_id, host FROM pf_diagnoses WHERE started >= ? AND started <= ? UNION "
+        "SELECT run_id, host FROM pf_findings WHERE started >= ? AND started <= ? AND status IN ('fail', 'error')) x "
+        "JOIN pf_host_results h ON h.run_id = x.run_id AND h.host = x.host "
+        "WHERE h.started >= ? AND h.started <= ? ORDER BY h.host, h.started, h.run_id",
+        (since, since, *w, *w, *w))
