@@ -25,6 +25,7 @@ from preflight.app import history_view
 from preflight.app.errors import UsageError
 from preflight.contracts import EXIT_OK
 from preflight.judge.trends import Policy
+from preflight.report import json_lines
 from preflight.report.files import write_atomic
 from preflight.report.fleet_html import render_fleet
 from preflight.store import Store, StoreError, StoreUrl, StoreUrlError, chosen, location
@@ -38,6 +39,7 @@ _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
+TEXT_LAST = 500  # runs a node's text timeline shows unless --last says otherwise: a screenful of pages
 HISTORY_WINDOW_S = 90 * 86400  # the past a --history judgement reads: a season of daily runs
 
 
@@ -170,6 +172,9 @@ def add_parser(sub) -> None:
     h.add_argument("--keep", metavar="AGE", help="prune: forget the runs and events older than this (365d, 12w)")
     h.add_argument("--since", default="30d", help="how far back: 30d, 12h, 2w, or a date (default 30d)")
     h.add_argument("--json", action="store_true", help="print JSON (the keys are a contract: docs/store.md)")
+    h.add_argument("--last", type=int, metavar="N",
+                   help=f"a node's timeline: only its latest N runs and events (default {TEXT_LAST} on the terminal's "
+                        "text, every one with --json; 0: every one)")
     h.add_argument("--html", metavar="FILE", type=Path, help="--fleet: also write a fleet page")
     h.add_argument("--repeat", type=int, default=Policy.repeat_count, metavar="K",
                    help=f"incidents of one cause that make a repeat offender (default {Policy.repeat_count})")
@@ -218,11 +223,14 @@ def cmd_history(args, console: Console) -> int:
     for name in ("repeat", "flaps"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name}: {getattr(args, name)} is not a positive count")
+    if args.last is not None and args.last < 0:
+        raise UsageError(f"--last: {args.last} is not a count (0 shows every run)")
+    last = (None if args.json else TEXT_LAST) if args.last is None else (args.last or None)
     window = Window(since_of(args.since), time.time())
     policy = Policy(repeat_count=args.repeat, flap_transitions=args.flaps, sigmas=args.sigmas)
     with _open_for_read(args) as store:
         try:
-            result = fleet(store, window, policy) if args.fleet else node_history(store, target[0], window)
+            result = fleet(store, window, policy) if args.fleet else node_history(store, target[0], window, last)
         except UnknownNode as exc:
             raise UsageError(str(exc)) from None
         except StoreError as exc:
@@ -230,7 +238,7 @@ def cmd_history(args, console: Console) -> int:
         if args.html:
             write_atomic(args.html, render_fleet(result, fleet_series(store, window, result)))
     if args.json:
-        console.print_json(data=result) if console.is_terminal else print(json.dumps(result, indent=1))
+        console.print_json(data=result) if console.is_terminal else sys.stdout.write(json_lines.dumps(result))
     else:
         history_view.show(result, console, fleet=args.fleet)
     return EXIT_OK

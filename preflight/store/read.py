@@ -70,37 +70,47 @@ def _common_prefix(a: str, b: str) -> int:
     return n
 
 
-def node_history(store: Store, node: str, window: Window) -> dict:
+def node_history(store: Store, node: str, window: Window, last: int | None = None) -> dict:
     """``{"node", "runs": [{"run_id", "kind", "started", "status", "causes", "figures",
-    "failed_checks"}], "events": [...]}``, oldest first."""
+    "failed_checks"}], "events": [...]}``, oldest first. ``last``: only the latest ``last`` runs
+    and events, and then ``"runs_total"``, ``"failing_total"`` and ``"events_total"``, counted by
+    the database: a node healthchecked every five minutes has 100,000 runs a year."""
     window = window.frozen()
     params = (node, window.since, window.end)
+    newest = "" if last is None else " DESC"
+    bound = "" if last is None else f" LIMIT {int(last)}"
     runs = store.rows("SELECT h.run_id, r.kind, h.started, h.status, h.reachable, h.profile, r.launcher "
                       "FROM pf_host_results h "
                       "JOIN pf_runs r ON r.run_id = h.run_id WHERE h.host = ? AND h.started >= ? AND h.started <= ? "
-                      "ORDER BY h.started, r.recorded, h.run_id", params)
+                      f"ORDER BY h.started{newest}, r.recorded{newest}, h.run_id{newest}{bound}", params)
     events = store.rows("SELECT at, kind, actor, reason, run_id, detail FROM pf_events WHERE node = ? AND at >= ? "
-                        "AND at <= ? ORDER BY at, id", params)
+                        f"AND at <= ? ORDER BY at{newest}, id{newest}{bound}", params)
     if not runs and not events and not store.rows("SELECT 1 FROM pf_host_results WHERE host = ? LIMIT 1", (node,)) \
             and not store.rows("SELECT 1 FROM pf_events WHERE node = ? LIMIT 1", (node,)):
         like = nodes_like(store, node)
         raise UnknownNode(f"{node!r}: no run of the store {store.url.shown} has recorded this node"
                           + (f"; recorded nodes like it: {', '.join(like)}" if like else ""))
+    if last is not None:
+        runs.reverse()
+        events.reverse()
+    # The shown runs' causes, figures and findings: from the first shown run on.
+    first = runs[0][2] if runs else window.end
+    part = (node, first, window.end)
     causes: dict[str, list[dict]] = defaultdict(list)
     for run_id, cause, confidence, action in store.rows(
             "SELECT run_id, cause, confidence, action FROM pf_diagnoses WHERE host = ? AND started >= ? "
-            "AND started <= ? ORDER BY cause", params):
+            "AND started <= ? ORDER BY cause", part):
         causes[run_id].append({"cause": cause, "confidence": confidence, "action": action})
     figures: dict[str, dict] = defaultdict(dict)
     for run_id, figure, value in store.rows("SELECT run_id, figure, value FROM pf_figures WHERE host = ? "
-                                            "AND started >= ? AND started <= ?", params):
+                                            "AND started >= ? AND started <= ?", part):
         figures[run_id][figure] = value
     failed: dict[str, list[dict]] = defaultdict(list)
     for run_id, check, status, summary in store.rows(
             "SELECT run_id, check_id, status, summary FROM pf_findings WHERE host = ? AND started >= ? "
-            "AND started <= ? ORDER BY check_id", params):
+            "AND started <= ? ORDER BY check_id", part):
         failed[run_id].append({"check": check, "status": status, "summary": summary})
-    return {
+    out = {
         "node": node,
         "since": iso(window.since),
         "runs": [{"run_id": r, "kind": kind, "started": iso(started), "status": status, "reachable": bool(reach),
@@ -111,6 +121,12 @@ def node_history(store: Store, node: str, window: Window) -> dict:
                     "detail": json.loads(detail or "{}")}
                    for at, kind, actor, reason, run_id, detail in events],
     }
+    if last is not None:
+        total, failing = store.rows("SELECT COUNT(*), SUM(CASE WHEN status IN ('fail', 'error') THEN 1 ELSE 0 END) "
+                                    "FROM pf_host_results WHERE host = ? AND started >= ? AND started <= ?", params)[0]
+        out.update(runs_total=int(total), failing_total=int(failing or 0), events_total=int(store.rows(
+            "SELECT COUNT(*) FROM pf_events WHERE node = ? AND at >= ? AND at <= ?", params)[0][0]))
+    return out
 
 
 class _Gap:

@@ -9,7 +9,7 @@ import pytest
 from runs import report
 
 from preflight.store import Store, parse
-from preflight.store.read import UnknownNode, Window, node_history
+from preflight.store.read import UnknownNode, Window, fleet, node_history
 from preflight.store.rows import rows_of
 
 NEIGHBOURS = [f"gpu{i:03d}" for i in range(1, 10)] + ["login01"]
@@ -85,3 +85,68 @@ def test_the_did_you_mean_does_not_read_a_nodes_runs(tmp_path):
     """A node with 400 runs beside the unknown name costs the lookup what one run does."""
     few, many = _steps_of_lookup(tmp_path, 2), _steps_of_lookup(tmp_path, 400)
     assert many <= few + 2, (few, many)
+
+
+def fetched(store: Store, monkeypatch) -> list[int]:
+    """The number of rows each statement from now on brings into Python."""
+    sizes: list[int] = []
+    rows = store.rows
+
+    def counting(sql, params=()):
+        out = rows(sql, params)
+        sizes.append(len(out))
+        return out
+
+    monkeypatch.setattr(store, "rows", counting)
+    return sizes
+
+
+def test_the_fleets_reads_follow_its_answer_not_the_runs_in_its_window(store_url, monkeypatch):
+    """120 daily runs of four nodes; gpu02 fails three times in the last month, flapping. Over
+    the last 30 days and over all 120 the answers' rows are the same, and so are the rows read:
+    the passing runs between are not fetched (they were, for every node that failed once)."""
+    with Store.open(parse(store_url)) as store:
+        for day in range(120):
+            nodes = {f"gpu{i:02d}": {"busbw": 470.0 + (day * 7 + i) % 5} for i in range(4)}
+            if day in (95, 100, 105):
+                nodes["gpu02"].update(fail=["nvlink"], causes=["nvlink-down"])
+            record(store, report(f"d{day:03d}", day, nodes))
+        end = store.rows("SELECT MAX(started) FROM pf_runs")[0][0]
+        sizes = fetched(store, monkeypatch)
+        month = fleet(store, Window(end - 30 * 86400, end))
+        read_month = sum(sizes)
+        sizes.clear()
+        year = fleet(store, Window(0, end))
+        read_year = sum(sizes)
+    assert [f["node"] for f in month["flapping"]] == [f["node"] for f in year["flapping"]] == ["gpu02"]
+    assert month["nodes"] == year["nodes"] == 4 and year["host_runs"] == 480
+    assert read_year <= read_month, (read_month, read_year)
+
+
+def test_a_long_timeline_shows_its_latest_runs_and_counts_the_rest(store_url):
+    with Store.open(parse(store_url)) as store:
+        for day in range(40):
+            record(store, report(f"d{day:03d}", day, {"gpu01": {"fail": ["xid"]} if day % 10 == 0 else {}}))
+        end = store.rows("SELECT MAX(started) FROM pf_runs")[0][0]
+        whole = node_history(store, "gpu01", Window(0, end))
+        latest = node_history(store, "gpu01", Window(0, end), last=5)
+    assert latest["runs"] == whole["runs"][-5:] and len(whole["runs"]) == 40
+    assert (latest["runs_total"], latest["failing_total"], latest["events_total"]) == (40, 4, 0)
+    assert "runs_total" not in whole  # the whole timeline's keys are docs/store.md's, unchanged
+
+
+def test_the_text_timeline_says_how_many_runs_it_leaves_out(tmp_path, capsys):
+    from preflight.app import cli
+
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    with Store.open(parse(url)) as store:
+        for day in range(12):
+            record(store, report(f"d{day:03d}", day, {"gpu01": {}}))
+    assert cli.main(["history", "gpu01", "--since", "2026-10-01", "--last", "3", "--db", url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("gpu01: 12 run(s) since") and "9 earlier run(s)" in out[1]
+    assert [line.split()[3] for line in out[2:]] == ["d009", "d010", "d011"]
+    assert cli.main(["history", "gpu01", "--since", "2026-10-01", "--last", "0", "--db", url]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 13
+    assert cli.main(["history", "gpu01", "--last", "-1", "--db", url]) == 2
+    assert "--last: -1" in capsys.readouterr().err
