@@ -133,27 +133,40 @@ class _Gap:
     """A place in a node's compacted run order where runs that carry nothing stood."""
 
 
-def _hit_orders(store: Store, window: Window) -> tuple[dict[str, list], dict[str, list]]:
-    """For every node that failed something in the window, the runs that carried a cause or a
-    failing check, in time order, with a gap wherever the node had other runs between two of
-    them: all runs (for causes: host-unreachable is one), and the reachable ones (for checks'
-    verdicts: a node that could not be reached was not judged). ``trends.incidents`` needs only
-    which of these runs are consecutive, so a node's passing runs are never fetched."""
-    every: dict[str, list] = defaultdict(list)
-    reached: dict[str, list] = defaultdict(list)
-    last: dict[str, str] = {}
-    last_reached: dict[str, str] = {}
-    for host, run_id, reachable, before, before_reached in seek.hit_runs(store, window.since, window.end):
-        if every[host] and last.get(host) != before:
-            every[host].append(_Gap())
-        every[host].append(run_id)
-        last[host] = run_id
-        if reachable:
-            if reached[host] and last_reached.get(host) != before_reached:
-                reached[host].append(_Gap())
-            reached[host].append(run_id)
-            last_reached[host] = run_id
-    return every, reached
+def _order_of(store: Store, window: Window, hits: list[tuple[str, str, str, float]],
+              reachable_only: bool) -> dict[str, list]:
+    """For ``trends.incidents``: each node's runs that carry a key (a cause, or a failing check),
+    as chains of consecutive runs with a gap between chains. Incidents need only which of these
+    runs follow one another directly in the node's order (all its runs, or its reachable ones),
+    so a node's other runs are never fetched, and the run just before is looked up only for a
+    run whose key the node carries more than once in the window: a key seen once is one
+    incident wherever it stands. ``hits``: (node, key, run_id, started), each run in the node's
+    order."""
+    runs_of: dict[tuple[str, str], set[tuple[str, float]]] = defaultdict(set)
+    for host, key, run_id, started in hits:
+        runs_of[(host, key)].add((run_id, started))
+    nodes: dict[str, set[str]] = defaultdict(set)
+    repeated: set[tuple[str, str, float]] = set()
+    for (host, _), runs in runs_of.items():
+        nodes[host].update(r for r, _ in runs)
+        if len(runs) > 1:
+            repeated.update((host, r, started) for r, started in runs)
+    after: dict[tuple[str, str], str] = {}  # (node, run) -> the run carrying a key right after it
+    for host, run_id, before in seek.previous_runs(store, sorted(repeated), window.since, reachable_only):
+        if before in nodes[host]:
+            after[(host, before)] = run_id
+    out: dict[str, list] = {}
+    for host, runs in nodes.items():
+        chained = set(after.get((host, r)) for r in runs)
+        order: list = []
+        for start in sorted(r for r in runs if r not in chained):  # each chain from its first run
+            order.append(_Gap())
+            run: str | None = start
+            while run is not None:
+                order.append(run)
+                run = after.get((host, run))
+        out[host] = order
+    return out
 
 
 def _verdicts(store: Store, window: Window, failed_in: dict[tuple[str, str], set[str]],
@@ -202,18 +215,21 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
         "SELECT checks, COUNT(*), SUM(hosts), MIN(started) FROM pf_runs WHERE started >= ? AND started <= ? "
         "GROUP BY checks", w)]
 
-    # Causes: one hit per (node, cause, run).
-    cause_hits = store.rows("SELECT DISTINCT host, cause, run_id, started FROM pf_diagnoses "
-                            "WHERE started >= ? AND started <= ?", w)
+    # Causes: one hit per (node, cause, run); whether the run has a result for the node (a run
+    # without one has no place in the node's order), by key lookup.
+    causes = store.rows("SELECT DISTINCT d.host, d.cause, d.run_id, d.started, (SELECT h.reachable "
+                        "FROM pf_host_results h WHERE h.run_id = d.run_id AND h.host = d.host) FROM pf_diagnoses d "
+                        "WHERE d.started >= ? AND d.started <= ?", w)
+    cause_hits = [c[:4] for c in causes]
     # A check's failure on a node that could not be reached is that node's absence, not the check's
     # verdict (the unreachable node's own cause, host-unreachable, counts it).
     failing = store.rows("SELECT DISTINCT f.host, f.check_id, f.run_id, f.started FROM pf_findings f "
                          "JOIN pf_host_results h ON h.run_id = f.run_id AND h.host = f.host "
                          "WHERE f.started >= ? AND f.started <= ? AND h.reachable = 1 "
                          "AND f.status IN ('fail', 'error')", w)
-    every, order = _hit_orders(store, window) if (failing or cause_hits) else ({}, {})
-    cause_incidents = trends.incidents(every, cause_hits)
-    check_incidents = trends.incidents(order, failing)
+    cause_incidents = trends.incidents(_order_of(store, window, [c[:4] for c in causes if c[4] is not None], False),
+                                       cause_hits)
+    check_incidents = trends.incidents(_order_of(store, window, failing, True), failing)
 
     # Flapping: each failing check's verdicts on the node over the runs that judged it.
     failed_in = defaultdict(set)
