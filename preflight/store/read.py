@@ -5,6 +5,7 @@ themselves are ``trends.py``'s pure functions."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections import defaultdict
@@ -61,6 +62,24 @@ def nodes_like(store: Store, node: str, limit: int = 5) -> list[str]:
     return sorted(name for name, n in shared.items() if n == best and best)[:limit]
 
 
+def isos(times: list[float]) -> list[str]:
+    """``[rows.iso(t) for t in times]``, three times faster: a node's year of five-minute
+    healthchecks is 100,000 of them, and ``datetime`` builds an object for each. The day's
+    date is made once per day; the second is ``datetime.fromtimestamp``'s: the fraction rounded
+    half-even to microseconds (which may carry into the next second), then cut."""
+    days: dict[int, str] = {}
+    out = []
+    for t in times:
+        whole = math.floor(t)
+        if round((t - whole) * 1e6) >= 1_000_000:
+            whole += 1
+        day, second = divmod(whole, 86400)
+        date = days.get(day) or days.setdefault(day, iso(day * 86400.0)[:10])
+        hour, second = divmod(second, 3600)
+        out.append(f"{date}T{hour:02d}:{second // 60:02d}:{second % 60:02d}+00:00")
+    return out
+
+
 def _common_prefix(a: str, b: str) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
@@ -113,10 +132,11 @@ def node_history(store: Store, node: str, window: Window, last: int | None = Non
     out = {
         "node": node,
         "since": iso(window.since),
-        "runs": [{"run_id": r, "kind": kind, "started": iso(started), "status": status, "reachable": bool(reach),
+        "runs": [{"run_id": r, "kind": kind, "started": at, "status": status, "reachable": bool(reach),
                   "profile": profile, "launcher": launcher, "causes": causes.get(r, []), "figures": figures.get(r, {}),
                   "findings": failed.get(r, [])}
-                 for r, kind, started, status, reach, profile, launcher in runs],
+                 for (r, kind, _, status, reach, profile, launcher), at in zip(runs, isos([r[2] for r in runs]),
+                                                                                strict=True)],
         "events": [{"at": iso(at), "kind": kind, "actor": actor, "reason": reason, "run_id": run_id,
                     "detail": json.loads(detail or "{}")}
                    for at, kind, actor, reason, run_id, detail in events],

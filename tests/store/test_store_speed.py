@@ -150,3 +150,16 @@ def test_the_text_timeline_says_how_many_runs_it_leaves_out(tmp_path, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 13
     assert cli.main(["history", "gpu01", "--last", "-1", "--db", url]) == 2
     assert "--last: -1" in capsys.readouterr().err
+
+
+def test_the_fast_times_are_iso_to_the_second():
+    import random
+
+    from preflight.store.read import isos
+    from preflight.store.rows import iso
+
+    rng = random.Random(31)
+    edges = [0.0, -0.5, -1e-7, 0.9999995, 0.99999949, 1.4999995, 86399.9999996, 1796292016.9999995,
+             1764756016.213562, 951782400.0, 4102444799.9999999, -86400.0 * 365 * 80 + 0.25]
+    times = edges + [rng.uniform(-3e9, 5e9) for _ in range(20000)] + [rng.randrange(0, 2**32) + k / 8 for k in range(8)]
+    assert isos(times) == [iso(t) for t in times]
