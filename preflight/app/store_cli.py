@@ -10,6 +10,8 @@ store, exit 2 on the same faults instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import getpass
 import json
 import os
@@ -228,7 +230,7 @@ def cmd_history(args, console: Console) -> int:
     last = (None if args.json else TEXT_LAST) if args.last is None else (args.last or None)
     window = Window(since_of(args.since), time.time())
     policy = Policy(repeat_count=args.repeat, flap_transitions=args.flaps, sigmas=args.sigmas)
-    with _open_for_read(args) as store:
+    with _open_for_read(args) as store, _collector_paused():
         try:
             result = fleet(store, window, policy) if args.fleet else node_history(store, target[0], window, last)
         except UnknownNode as exc:
@@ -237,11 +239,27 @@ def cmd_history(args, console: Console) -> int:
             raise UsageError(str(exc)) from None
         if args.html:
             write_atomic(args.html, render_fleet(result, fleet_series(store, window, result)))
-    if args.json:
-        console.print_json(data=result) if console.is_terminal else sys.stdout.write(json_lines.dumps(result))
-    else:
-        history_view.show(result, console, fleet=args.fleet)
+    with _collector_paused():
+        if args.json:
+            console.print_json(data=result) if console.is_terminal else sys.stdout.write(json_lines.dumps(result))
+        else:
+            history_view.show(result, console, fleet=args.fleet)
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cycle collector off while an answer is built and printed: a node's year of
+    five-minute healthchecks is some 400,000 small dicts and lists that live until the command
+    ends and hold no cycles, and the collector's passes over them were a quarter of the time
+    (bench/RESULTS.md). Reference counting still frees everything else."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _reports_under(paths: list[Path]) -> list[Path]:
