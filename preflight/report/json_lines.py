@@ -2,8 +2,8 @@
 item to a line. Still one JSON document (``json.load`` reads it), and grep keeps a record whole.
 
 Why not ``json.dumps(doc, indent=1)``: an indent makes Python use its pure-Python encoder, about
-five times slower than the C one; a node's year of five-minute healthchecks (100,000 runs) took
-1.9 s to encode that way, 0.4 s item by item (bench/RESULTS.md)."""
+five times slower than the C one: a node's year of five-minute healthchecks (100,000 runs) took
+1.86 s to encode that way, 0.46 s item by item (bench/RESULTS.md)."""
 
 from __future__ import annotations
 
