@@ -1,6 +1,7 @@
 """The results store at fleet scale (issue 24): SQLite and PostgreSQL side by side.
 
     python3 bench/bench_store.py [--nodes 10000] [--days 365] [--writers 1000] [--engines sqlite,postgresql]
+                                 [--node-runs 100000] [--keep DIR] [--skip ingest,writers]
 
 Per engine, printed as it goes and as a Markdown table at the end (nothing is asserted):
 1. ingest of one --nodes run: the real report `preflight analyze examples/h200-fleet` writes, its
@@ -12,7 +13,14 @@ Per engine, printed as it goes and as a Markdown table at the end (nothing is as
 4. PostgreSQL only: --writers threads recording a single-host report each at once, against a
    server at its default max_connections (100), so the store's connection retry is exercised:
    through the unix socket pgcluster gives, then through TCP on 127.0.0.1 (the server restarted);
-5. the store's size per host-run.
+5. the store's size per host-run;
+6. one node's long past (issue 31, store_long_node.py): a store holding --node-runs healthchecks of one node (every
+   5 minutes, about a year at 100,000), then `preflight history NODE` as a user runs it (a new
+   process, stdout to a file), as text and as --json, and with an unknown 10,000-character name
+   (the did-you-mean lookup).
+
+--keep DIR builds the stores of 2. and 6. there (a SQLite file each, a PostgreSQL cluster) and
+reuses them on later runs with the same sizes: the 3.65 M host-run store takes minutes to load.
 
 PostgreSQL is a private cluster (tests/pgcluster.py: fsync and synchronous_commit off), so its
 write times are those of a server that does not wait for its disk. Numbers depend on the
@@ -42,6 +50,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 import pgcluster  # noqa: E402
+
+# Run as a script, this module is __main__: store_long_node's `from bench_store import` gets it, not a second copy.
+sys.modules.setdefault("bench_store", sys.modules[__name__])
 
 from preflight.store import Store, parse  # noqa: E402
 from preflight.store.read import Window, fleet, node_history  # noqa: E402
@@ -192,8 +203,29 @@ def day_rows(plan: Plan, day: int, now: float, rng: random.Random) -> Rows:
     return rows
 
 
+# ---- stores kept between runs (--keep) ---------------------------------------------------------------
+def kept(engine, args, name: str, shape: dict) -> tuple[str, dict | None]:
+    """The store ``name``'s URL and, when --keep holds one built with ``shape``, its marker (its
+    ``now``); None when it must be (re)built, the stale one gone."""
+    marker = Path(args.keep) / f"{engine.name}-{name}.json" if args.keep else None
+    if marker is not None and marker.exists():
+        found = json.loads(marker.read_text())
+        if {k: found.get(k) for k in shape} == shape:
+            return engine.url(name), found
+        marker.unlink()
+    engine.drop(name)
+    return engine.url(name), None
+
+
+def mark(engine, args, name: str, shape: dict) -> None:
+    if args.keep:
+        (Path(args.keep) / f"{engine.name}-{name}.json").write_text(json.dumps(shape))
+
+
 # ---- the engines -----------------------------------------------------------------------------------
 _COLUMNS = {
+    "pf_runs": ("run_id", "kind", "started", "duration_s", "launcher", "version", "command", "status", "checks",
+                "hosts", "recorded"),
     "pf_host_results": ("run_id", "host", "started", "status", "reachable", "profile"),
     "pf_findings": ("run_id", "host", "started", "check_id", "status", "symptoms", "summary"),
     "pf_diagnoses": ("run_id", "host", "started", "cause", "confidence", "action"),
@@ -219,6 +251,18 @@ class Sqlite:
         for rows in batch:
             store.record(rows)
 
+    def bulk(self, store: Store, tables: dict[str, list[tuple]]) -> None:
+        """Many small runs in one transaction: the store's own statements, executemany."""
+        with store.transaction():
+            for table, data in tables.items():
+                cols = _COLUMNS[table]
+                store.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                  data)
+
+    def drop(self, name: str) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.root / name}.sqlite{suffix}").unlink(missing_ok=True)
+
     def settle(self, url: str) -> None:
         """Nothing: the store runs no ANALYZE of its own, so neither does the bench."""
 
@@ -237,7 +281,20 @@ class Postgres:
         self.cluster = cluster
 
     def url(self, name: str) -> str:
-        return self.cluster.create_database(name)
+        if not self.cluster.psql(f"SELECT 1 FROM pg_database WHERE datname = '{name}'").strip("[]"):
+            self.cluster.create_database(name)
+        return self.cluster.url(name)
+
+    def drop(self, name: str) -> None:
+        self.cluster.psql(f'DROP DATABASE IF EXISTS "{name}"')
+
+    def bulk(self, store: Store, tables: dict[str, list[tuple]]) -> None:
+        """Many small runs in one transaction, each table in one COPY."""
+        with store.transaction(), store.conn.cursor() as cur:
+            for table, data in tables.items():
+                with cur.copy(f"COPY {table} ({', '.join(_COLUMNS[table])}) FROM STDIN") as copy:
+                    for row in data:
+                        copy.write_row(row)
 
     def loader(self, store: Store) -> None:
         """Nothing to tune: COPY is the fast path."""
@@ -251,7 +308,7 @@ class Postgres:
                               "status, checks, hosts, recorded) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                               (r.run_id, r.kind, r.started, r.duration_s, r.launcher, r.version, r.command,
                                r.status, r.checks, r.hosts, time.time()))
-                tables = zip(_COLUMNS, ([(*h[:4], int(h[4]), h[5]) for h in rows.hosts], rows.findings,
+                tables = zip(list(_COLUMNS)[1:], ([(*h[:4], int(h[4]), h[5]) for h in rows.hosts], rows.findings,
                                         rows.diagnoses, rows.figures), strict=True)
                 for table, data in tables:
                     with cur.copy(f"COPY {table} ({', '.join(_COLUMNS[table])}) FROM STDIN") as copy:
@@ -437,37 +494,56 @@ def sample_nodes(plan: Plan) -> list[str]:
 def bench(engine, args, real: dict, cluster) -> dict[str, str]:
     """Every measurement of one engine, as the table's cells."""
     out: dict[str, str] = {}
-    report = fleet_report(real, args.nodes, f"bench-ingest-{args.nodes}")
-    shares = [ingest(engine.url(f"ingest{k}"), report) for k in range(3)]
-    rows_s, record_s = statistics.median(s[0] for s in shares), statistics.median(s[1] for s in shares)
-    totals = statistics.median(a + b for a, b in shares)
-    out["ingest"] = f"{totals:.2f} s (rows_of {rows_s:.2f} + record {record_s:.2f})"
-    print(f"{engine.name}: ingest of {args.nodes} nodes into an empty store, median of 3: {out['ingest']}", flush=True)
-
-    now = time.time()
     checks = [c["id"] for c in real["checks"]]
-    plan = plan_of(args.nodes, args.days, checks, random.Random(SEED))
-    url = engine.url("history")
-    out["load"] = f"{load_history(engine, url, plan, now, random.Random(SEED + 1)):.0f} s"
-    out["size"] = f"{engine.size(url) / (args.nodes * args.days):.0f} B"
-    print(f"{engine.name}: loaded {args.days} x {args.nodes} in {out['load']}, {out['size']} per host-run", flush=True)
+    if "ingest" not in args.skip:
+        report = fleet_report(real, args.nodes, f"bench-ingest-{args.nodes}")
+        for k in range(3):
+            engine.drop(f"ingest{k}")
+        shares = [ingest(engine.url(f"ingest{k}"), report) for k in range(3)]
+        rows_s, record_s = statistics.median(s[0] for s in shares), statistics.median(s[1] for s in shares)
+        totals = statistics.median(a + b for a, b in shares)
+        out["ingest"] = f"{totals:.2f} s (rows_of {rows_s:.2f} + record {record_s:.2f})"
+        print(f"{engine.name}: ingest of {args.nodes} nodes into an empty store, median of 3: {out['ingest']}",
+              flush=True)
 
-    for days in sorted({30, args.days}):
-        seconds, answer = time_fleet(url, days, now, 3 if days == 30 else 1)
-        out[f"fleet{days}"] = f"{seconds:.2f} s"
-        out[f"found{days}"] = shown_found(found(answer, plan))
-        print(f"{engine.name}: fleet --since {days}d: {seconds:.2f} s, host_runs {answer['host_runs']}, "
-              f"{out[f'found{days}']}", flush=True)
-    nodes = sample_nodes(plan)
-    for days in sorted({30, args.days}):
-        out[f"node{days}"] = f"{time_nodes(url, nodes, days, now):.1f} ms"
-        print(f"{engine.name}: history NODE --since {days}d ({', '.join(nodes)}): {out[f'node{days}']}", flush=True)
+    if "fleet" not in args.skip:
+        shape = {"nodes": args.nodes, "days": args.days, "seed": SEED}
+        url, built = kept(engine, args, "history", shape)
+        now = time.time() if built is None else built["now"]
+        plan = plan_of(args.nodes, args.days, checks, random.Random(SEED))
+        if built is None:
+            out["load"] = f"{load_history(engine, url, plan, now, random.Random(SEED + 1)):.0f} s"
+            mark(engine, args, "history", {**shape, "now": now})
+        out["size"] = f"{engine.size(url) / (args.nodes * args.days):.0f} B"
+        print(f"{engine.name}: {args.days} x {args.nodes} loaded in {out.get('load', 'an earlier run')}, "
+              f"{out['size']} per host-run", flush=True)
 
-    rows_s, record_s = ingest(url, fleet_report(real, args.nodes, f"bench-ingest-full-{args.nodes}"))
-    out["ingest_full"] = f"{rows_s + record_s:.2f} s (rows_of {rows_s:.2f} + record {record_s:.2f})"
-    print(f"{engine.name}: ingest of {args.nodes} nodes into the full store: {out['ingest_full']}", flush=True)
+        for days in sorted({30, args.days}):
+            seconds, answer = time_fleet(url, days, now, 3)
+            out[f"fleet{days}"] = f"{seconds:.2f} s"
+            out[f"found{days}"] = shown_found(found(answer, plan))
+            print(f"{engine.name}: fleet --since {days}d: {seconds:.2f} s, host_runs {answer['host_runs']}, "
+                  f"{out[f'found{days}']}", flush=True)
+        nodes = sample_nodes(plan)
+        for days in sorted({30, args.days}):
+            out[f"node{days}"] = f"{time_nodes(url, nodes, days, now):.1f} ms"
+            print(f"{engine.name}: history NODE --since {days}d ({', '.join(nodes)}): {out[f'node{days}']}",
+                  flush=True)
 
-    if cluster is not None and args.writers:
+        if "ingest" not in args.skip:
+            run_id = f"bench-ingest-full-{args.nodes}"
+            rows_s, record_s = ingest(url, fleet_report(real, args.nodes, run_id))
+            out["ingest_full"] = f"{rows_s + record_s:.2f} s (rows_of {rows_s:.2f} + record {record_s:.2f})"
+            print(f"{engine.name}: ingest of {args.nodes} nodes into the full store: {out['ingest_full']}", flush=True)
+            with Store.open(parse(url)) as store:  # the kept store stays the generated year
+                store.write(lambda s: [s.execute(f"DELETE FROM {t} WHERE run_id = ?", (run_id,))
+                                       for t in ("pf_runs", *list(_COLUMNS)[1:])])
+
+    if "node" not in args.skip:
+        from store_long_node import bench_long_node  # it reads this module's constants: imported once they exist
+
+        out.update(bench_long_node(engine, args, json.dumps(checks)))
+    if cluster is not None and args.writers and "writers" not in args.skip:
         out.update(bench_writers(cluster, engine, real, args.writers))
     return out
 
@@ -485,7 +561,12 @@ def table(args, results: dict[str, dict[str, str]]) -> str:
              (f"`history NODE --since {d}d`, median of {HISTORY_CALLS} x 4 nodes", "< 100 ms", f"node{d}"),
              (f"{args.writers:,} concurrent writers (threads), unix socket", "all rows, no error", "writers_unix"),
              (f"{args.writers:,} concurrent writers (threads), TCP 127.0.0.1", "all rows, no error", "writers_tcp"),
-             ("store size per host-run", "-", "size")]
+             ("store size per host-run", "-", "size"),
+             (f"`history NODE --since 365d`, text, {args.node_runs:,} runs of one node (median of 3)", "< 2 s",
+              "long_text"),
+             (f"`history NODE --since 365d --json`, {args.node_runs:,} runs of one node (median of 3)", "< 2 s",
+              "long_json"),
+             (f"`history` of an unknown 10,000-character name, the {args.node_runs:,}-run store", "-", "unknown")]
     engines = list(results)
     out = ["| measurement | target | " + " | ".join(engines) + " |", "|---|---|" + "---|" * len(engines)]
     seen = set()
@@ -502,8 +583,19 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=10000)
     p.add_argument("--days", type=int, default=365)
     p.add_argument("--writers", type=int, default=1000)
+    p.add_argument("--node-runs", type=int, default=100000)
     p.add_argument("--engines", default="sqlite,postgresql")
+    p.add_argument("--keep", metavar="DIR", type=Path,
+                   help="build the history stores in DIR once and reuse them (a PostgreSQL server there is "
+                        "left running; the writers, which restart it, are not run)")
+    p.add_argument("--skip", default="", help="comma-separated: ingest, fleet, node, writers")
+    p.add_argument("--unknown-timeout", type=float, default=120.0, metavar="S")
     args = p.parse_args()
+    args.skip = set(filter(None, args.skip.split(",")))
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        os.chmod(args.keep, 0o755)  # the PostgreSQL server runs as postgres
+        args.skip.add("writers")
     version = code_version()
     print(f"code: {version}", flush=True)
     real = real_report()
@@ -511,13 +603,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         for name in args.engines.split(","):
             if name == "sqlite":
-                results[name] = bench(Sqlite(Path(tmp)), args, real, None)
+                results[name] = bench(Sqlite(args.keep or Path(tmp)), args, real, None)
                 continue
-            cluster = pgcluster.start(max_connections=100)
+            cluster = pgcluster.start(max_connections=100, root=args.keep / "pg" if args.keep else None)
             try:
                 results[name] = bench(Postgres(cluster), args, real, cluster)
             finally:
-                pgcluster.stop(cluster)
+                if args.keep:
+                    print(f"PostgreSQL left running at {cluster.url()}; stop it: "
+                          f"runuser -u postgres -- {pgcluster._bindir()}/pg_ctl -D {cluster.root}/data stop")
+                else:
+                    pgcluster.stop(cluster)
     print()
     print(f"code: {version}")
     print(table(args, results))

@@ -73,26 +73,34 @@ def _as_owner(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
-def start(max_connections: int = 100) -> PgCluster:
-    """initdb + pg_ctl start in a fresh temporary directory; raises with the server's log on failure."""
+def start(max_connections: int = 100, root: Path | None = None) -> PgCluster:
+    """initdb + pg_ctl start in a fresh temporary directory; raises with the server's log on failure.
+    ``root``: a directory kept between uses instead (a benchmark's big store): its cluster is made
+    once, started when it is not running, and left as it is when it is."""
     bindir = _bindir()
     assert bindir is not None
-    root = Path(tempfile.mkdtemp(prefix="preflight-pg-"))
+    root = Path(tempfile.mkdtemp(prefix="preflight-pg-")) if root is None else root
+    root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)
     data, sock, log = root / "data", root / "sock", root / "server.log"
-    sock.mkdir()
+    sock.mkdir(exist_ok=True)
     user = "postgres" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
     if os.geteuid() == 0:
         for p in (root, sock):
             shutil.chown(p, "postgres", "postgres")
         log.touch()
         shutil.chown(log, "postgres", "postgres")
-    subprocess.run(_as_owner([str(bindir / "initdb"), "-D", str(data), "-U", user, "-A", "trust",
-                              "--no-sync", "-E", "UTF8", "--locale=C"]),
-                   check=True, capture_output=True, timeout=120)
     # fsync off: a test cluster's durability is not under test, its time is.
     opts = (f"-c listen_addresses='' -c unix_socket_directories='{sock}' -c fsync=off "
             f"-c synchronous_commit=off -c full_page_writes=off -c max_connections={max_connections}")
+    if (data / "PG_VERSION").exists():
+        if subprocess.run(_as_owner([str(bindir / "pg_ctl"), "-D", str(data), "status"]),
+                          capture_output=True, timeout=30).returncode == 0:
+            return PgCluster(root, sock, log, user, opts)
+    else:
+        subprocess.run(_as_owner([str(bindir / "initdb"), "-D", str(data), "-U", user, "-A", "trust",
+                                  "--no-sync", "-E", "UTF8", "--locale=C"]),
+                       check=True, capture_output=True, timeout=120)
     proc = subprocess.run(_as_owner([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts,
                                      "-w", "-t", "60", "start"]), capture_output=True, text=True, timeout=90)
     if proc.returncode:

@@ -52,6 +52,12 @@ _BRIDGE_HOST = 254
 _MAX_HOSTS = 253
 _STATE_DIR = Path("/run/simcluster")
 _START_TIMEOUT_S = 10.0
+# How long teardown waits for the kernel to finish destroying a deleted link. Deleting a namespace
+# or a link unlists the device at once, but its sysfs entry stays until the kernel has dropped
+# every reference to it (netdev_run_todo, after the namespace's cleanup work has run): milliseconds
+# on an idle machine, seconds on a loaded one. The kernel itself warns only after 10 s
+# ("unregister_netdevice: waiting for ... to become free").
+_LINK_GONE_S = 60.0
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _TOOL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
 # The shims and the callers' wrappers (`timeout 30 CMD`, `sh -c ...`) run these; a shim must not hide them.
@@ -601,10 +607,11 @@ def _remove(res: _Resources) -> list[str]:
     # alive from elsewhere) is deleted by name.
     errors = _ip_force([f"netns del {netns}" for netns in res.netns if Path(f"/run/netns/{netns}").exists()]
                        + [f"link del {dev}" for dev in (res.bridge, *res.rail_bridges) if _link_exists(dev)])
-    deadline = time.monotonic() + 2
-    while any(map(_link_exists, res.links)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    errors = "\n".join(filter(None, [errors, _ip_force([f"link del {link}" for link in res.links if _link_exists(link)])]))
+    links = (*res.links, res.bridge, *res.rail_bridges)
+    still = _links_gone(links, 2.0)
+    if still:  # a namespace kept alive from elsewhere keeps its veth pair: delete by name, then wait again
+        errors = "\n".join(filter(None, [errors, _ip_force([f"link del {link}" for link in still])]))
+        _links_gone(still, _LINK_GONE_S)
     simdir = Path(res.simdir)
     if simdir.name.startswith("simcluster-"):
         shutil.rmtree(simdir, ignore_errors=True)
@@ -619,6 +626,14 @@ def _remove(res: _Resources) -> list[str]:
 
 def _link_exists(dev: str) -> bool:
     return Path(f"/sys/class/net/{dev}").exists()
+
+
+def _links_gone(links: tuple[str, ...], timeout_s: float) -> tuple[str, ...]:
+    """Wait until none of `links` is listed any more, at most `timeout_s`; returns those still listed."""
+    deadline = time.monotonic() + timeout_s
+    while (still := tuple(filter(_link_exists, links))) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return still
 
 
 def _ip_force(commands: list[str]) -> str:

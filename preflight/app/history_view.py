@@ -23,9 +23,13 @@ def show(result: dict, console: Console, fleet: bool) -> None:
 
 def show_node(h: dict, console: Console) -> None:
     runs, events = h["runs"], h["events"]
-    bad = sum(1 for r in runs if r["status"] in ("fail", "error"))
-    console.print(f"{_p(h['node'])}: {len(runs)} run(s) since {_p(h['since'])}, {bad} failing; "
-                  f"{len(events)} event(s)", **PLAIN)
+    bad = h.get("failing_total", sum(1 for r in runs if r["status"] in ("fail", "error")))
+    total, happened = h.get("runs_total", len(runs)), h.get("events_total", len(events))
+    console.print(f"{_p(h['node'])}: {total} run(s) since {_p(h['since'])}, {bad} failing; {happened} event(s)",
+                  **PLAIN)
+    if total > len(runs) or happened > len(events):
+        console.print(f"  ({total - len(runs)} earlier run(s) and {happened - len(events)} earlier event(s) not shown: "
+                      "--last N shows more, 0 all; --json lists them all)", **PLAIN)
     lines = [(r["started"], "run", r) for r in runs] + [(e["at"], "event", e) for e in events]
     for when, what, item in sorted(lines, key=lambda x: (x[0] or "", x[1])):
         if what == "event":

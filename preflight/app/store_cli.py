@@ -10,6 +10,8 @@ store, exit 2 on the same faults instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import getpass
 import json
 import os
@@ -28,6 +30,7 @@ from preflight.app.errors import UsageError
 from preflight.contracts import EXIT_OK
 from preflight.judge.trends import Policy
 from preflight.knowledge.datafile import positive
+from preflight.report import json_lines
 from preflight.report.files import write_atomic
 from preflight.report.fleet_html import render_fleet
 from preflight.store import Store, StoreError, StoreUrl, StoreUrlError, chosen, location
@@ -42,6 +45,7 @@ _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
+TEXT_LAST = 500  # runs a node's text timeline shows unless --last says otherwise: a screenful of pages
 HISTORY_WINDOW_S = 90 * 86400  # the past a --history judgement reads: a season of daily runs
 
 
@@ -244,6 +248,9 @@ def add_parser(sub) -> None:
     h.add_argument("--keep", metavar="AGE", help="prune: forget the runs and events older than this (365d, 12w)")
     h.add_argument("--since", default="30d", help="how far back: 30d, 12h, 2w, or a date (default 30d)")
     h.add_argument("--json", action="store_true", help="print JSON (the keys are a contract: docs/store.md)")
+    h.add_argument("--last", type=int, metavar="N",
+                   help=f"a node's timeline: only its latest N runs and events (default {TEXT_LAST} on the terminal's "
+                        "text, every one with --json; 0: every one)")
     h.add_argument("--html", metavar="FILE", type=Path, help="--fleet: also write a fleet page")
     h.add_argument("--repeat", type=int, default=Policy.repeat_count, metavar="K",
                    help=f"incidents of one cause that make a repeat offender (default {Policy.repeat_count})")
@@ -293,23 +300,42 @@ def cmd_history(args, console: Console) -> int:
     for name in ("repeat", "flaps"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name}: {getattr(args, name)} is not a positive count")
+    if args.last is not None and args.last < 0:
+        raise UsageError(f"--last: {args.last} is not a count (0 shows every run)")
+    last = (None if args.json else TEXT_LAST) if args.last is None else (args.last or None)
     since = since_of(args.since)
     policy = Policy(repeat_count=args.repeat, flap_transitions=args.flaps, sigmas=args.sigmas)
-    with open_required(args) as store:
+    with open_required(args) as store, _collector_paused():
         try:
             window = up_to_latest(store, since)
-            result = fleet(store, window, policy) if args.fleet else node_history(store, target[0], window)
+            result = fleet(store, window, policy) if args.fleet else node_history(store, target[0], window, last)
         except UnknownNode as exc:
             raise UsageError(str(exc)) from None
         except StoreError as exc:
             raise UsageError(str(exc)) from None
         if args.html:
             write_atomic(args.html, render_fleet(result, fleet_series(store, window, result)))
-    if args.json:
-        console.print_json(data=result) if console.is_terminal else print(json.dumps(result, indent=1))
-    else:
-        history_view.show(result, console, fleet=args.fleet)
+    with _collector_paused():
+        if args.json:
+            console.print_json(data=result) if console.is_terminal else sys.stdout.write(json_lines.dumps(result))
+        else:
+            history_view.show(result, console, fleet=args.fleet)
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cycle collector off while an answer is built and printed: a node's year of
+    five-minute healthchecks is some 400,000 small dicts and lists that live until the command
+    ends and hold no cycles, and the collector's passes over them were a quarter of the time
+    (bench/RESULTS.md). Reference counting still frees everything else."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _reports_under(paths: list[Path]) -> list[Path]:

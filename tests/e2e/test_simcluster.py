@@ -219,14 +219,26 @@ def _netns_pids(netns: str) -> list[int]:
     return [int(pid) for pid in out.split()]
 
 
+def _comm(pid: int) -> str:
+    """The process's name; empty once it has exited (a listed pid may be gone by the time it is read)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def _traces(cluster: SimCluster, links_before: set[str]) -> dict[str, list[str]]:
-    """What of `cluster` is visible on this machine right now, by kind."""
+    """What of `cluster` is visible on this machine right now, by kind. Links count by the
+    cluster's own names (`sc<subnet>b`, `sc<subnet>v`): another cluster (another test run on
+    the machine) has another subnet, and its links are not this one's leftovers."""
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     simdir = cluster.ssh_config.parent
     marks = (str(simdir), *cluster.namespaces.values())
+    subnet = cluster.address(cluster.hosts[0].name).split(".")[2]
+    own = (f"sc{subnet}b", f"sc{subnet}v")  # its bridge and veths (sc1v.. is not sc10v..)
     return {
         "netns": [ns for ns in cluster.namespaces.values() if ns in netns],
-        "links": sorted(set(os.listdir("/sys/class/net")) - links_before),
+        "links": sorted(d for d in set(os.listdir("/sys/class/net")) - links_before if d.startswith(own)),
         "mounts": [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
                    if any(mark in line for mark in marks)],
         "files": [str(simdir)] if simdir.exists() else [],
@@ -250,7 +262,7 @@ def test_teardown_leaves_nothing_even_when_the_test_fails(tmp_path):
             stuck = subprocess.Popen(["ssh", "-F", str(cluster.ssh_config), "a", "nvidia-smi -q -x"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + 10
-            while "sleep\n" not in [Path(f"/proc/{pid}/comm").read_text() for pid in _netns_pids(cluster.namespaces["a"])]:
+            while "sleep\n" not in [_comm(pid) for pid in _netns_pids(cluster.namespaces["a"])]:
                 assert time.monotonic() < deadline, "the hung shim never started"
                 time.sleep(0.05)
             pids = [pid for ns in cluster.namespaces.values() for pid in _netns_pids(ns)]
