@@ -14,19 +14,10 @@ import time
 from pathlib import Path
 
 from runs import report
+from test_history_cli import EXAMPLE, run
 from test_integrity import bounded
 
-from preflight.app import cli
 from preflight.store import Store, parse
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "h200-fleet"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def saved(folder: Path, *reports: dict) -> Path:
