@@ -1,0 +1,104 @@
+"""`preflight run --slurm --nccl-multinode --collective-tool mpi` on the real Slurm 22.05 test
+cluster (tests/slurmcluster.py): every run of the collective, the bisection's included, is an
+srun step of one allocation whose tasks (one per node, preflight/node/mpi_allreduce.py under
+Debian's python3-mpi4py) Slurm's PMIx plugin wires into one Open MPI job (srun --mpi=pmix):
+no mpirun, no SSH between the nodes. The all_reduce's TCP traffic crosses the simulated nodes'
+real veth links (each slurmd runs in its node's namespaces), and the fault is real: tc tbf on one
+node's link (tests/netfaults.slow_host). A healthy fleet is never blamed; the shaped node is.
+
+Small on purpose: 4 nodes, 1 MiB all_reduces, a 20 s limit per step.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from netfaults import slow_host
+from simcluster import SimHost
+from slurmcluster import slurm_fleet
+
+from preflight.app.cli import main
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(not Path("/usr/lib/python3/dist-packages/mpi4py").is_dir()
+                                 or not shutil.which("ompi_info"),
+                                 reason="needs Debian's openmpi-bin and python3-mpi4py"),
+              # slurm-wlm's pmix plugin opens the unversioned libpmix.so (Debian: libpmix-dev).
+              pytest.mark.skipif(not glob.glob("/usr/lib/*/libpmix.so"), reason="needs libpmix-dev")]
+
+HOSTS = ["mp1", "mp2", "mp3", "mp4"]
+# The test bed's Open MPI settings, as OMPI_MCA_* in the tasks' environment: TCP on the veth
+# links (their 127.77.x.y addresses would otherwise be skipped as loopback); idle ranks yield the
+# two shared cores; the ring all_reduce (tuned algorithm 4), as NCCL's rings, as over SSH
+# (tests/e2e/test_e2e_collective_mpi.py).
+MCA = ("--mca btl_tcp_if_include eth0 --mca btl tcp,self --mca mpi_yield_when_idle 1 "
+       "--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4")
+
+# srun passes the caller's PATH on to the tasks, where the first python3 may be one without
+# Debian's mpi4py (a pyenv's): the interpreter python3-mpi4py is built for.
+PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with slurm_fleet([SimHost(h) for h in HOSTS], tmp_path_factory.mktemp("slurm-mpi")) as slurm:
+        yield slurm
+
+
+def run(tmp_path: Path, name: str) -> tuple[int, dict, Path]:
+    out = tmp_path / name
+    code = main(["run", "--slurm", "-w", "mp[1-4]", "--out", str(out), "--run-id", "r", "-q",
+                 "--checks", "nccl-multinode", "--nccl-multinode", "--collective-tool", "mpi",
+                 "--mpirun-args", MCA, "--collective-python", PYTHON, "--collective-bytes", "1M",
+                 "--collective-slow-ratio", "0.2", "--nccl-timeout", "20"])
+    return code, json.loads((out / "r" / "report.json").read_text()), out / "r"
+
+
+def fleet_finding(report: dict) -> dict:
+    return next(f for f in report["findings"] if f["check"] == "nccl-multinode" and f["host"] is None)
+
+
+def statuses(report: dict) -> dict[str, str]:
+    return {h: v["status"] for h, v in report["hosts"].items()}
+
+
+def test_healthy_fleet_through_srun_steps_is_never_blamed(cluster, tmp_path):
+    code, report, run_dir = run(tmp_path, "healthy")
+    fleet = fleet_finding(report)
+    assert code == 0 and set(statuses(report).values()) == {"pass"}, fleet["summary"]
+    # The relative expectation halves a passing fleet run once: both halves pass, nobody is blamed.
+    assert fleet["data"]["bisection"]["culprits"] == [] and fleet["data"]["bisection"]["rounds"] == 2
+    saved = run_dir / "bundle" / "hosts" / "fleet-"
+    text = (saved / "nccl-multinode.txt").read_text()
+    # One real MPI job of four ranks, one per node, every rank on its own node (PMIx wired them:
+    # without it each task would be a rank 0 of 1).
+    assert text.startswith("# preflight: tool=mpi4py gpus=1 repetitions=1\n")
+    assert "ranks=4 bytes=1048576" in text and "result bytes 1048576" in text
+    assert {f"rank {r} host {h} done" for r, h in enumerate(HOSTS)} <= {line[:len("rank 0 host mp1 done")]
+                                                                         for line in text.splitlines()}
+    command = json.loads((saved / "nccl-multinode.json").read_text())["command"]
+    assert command[:8] == ["srun", command[1], "--nodes=4", "--ntasks=4", "--ntasks-per-node=1",
+                           "--nodelist=mp[1-4]", "--kill-on-bad-exit=1", "--mpi=pmix"]
+    assert "OMPI_MCA_btl_tcp_if_include=eth0" in command and "mpirun" not in command
+    cluster.wait_idle()  # the stage's allocation released
+
+
+def test_rate_limited_node_is_found_by_the_bisection_through_srun(cluster, tmp_path):
+    with slow_host(cluster.sim, "mp3", "20mbit"):
+        code, report, run_dir = run(tmp_path, "slow")
+    fleet = fleet_finding(report)
+    assert code == 1 and statuses(report) == {"mp1": "pass", "mp2": "pass", "mp3": "fail", "mp4": "pass"}, \
+        fleet["summary"]
+    assert fleet["summary"].startswith("isolated by bisection: mp3")
+    culprit = next(f for f in report["findings"] if f["host"] == "mp3" and f["check"] == "nccl-multinode")
+    assert "slow: busbw" in culprit["summary"]
+    assert {d["cause"]: d["hosts"] for d in report["diagnoses"]} == {"nccl-pair-failed": ["mp3"]}
+    assert fleet["data"]["bisection"]["rounds"] <= 4  # log2(4) + 2
+    # The bisection's runs were srun steps too, saved in the same format.
+    pairs = sorted((run_dir / "bundle" / "hosts" / "fleet-").glob("nccl-pair-mp3-*.txt"))
+    assert pairs and all(p.read_text().startswith("# preflight: tool=mpi4py") for p in pairs)
+    cluster.wait_idle()
