@@ -102,3 +102,21 @@ def test_rate_limited_node_is_found_by_the_bisection_through_srun(cluster, tmp_p
     pairs = sorted((run_dir / "bundle" / "hosts" / "fleet-").glob("nccl-pair-mp3-*.txt"))
     assert pairs and all(p.read_text().startswith("# preflight: tool=mpi4py") for p in pairs)
     cluster.wait_idle()
+
+
+@pytest.mark.skipif(not shutil.which("iperf3"), reason="iperf3 missing (apt-get install iperf3)")
+def test_fabric_through_slurm_runs_the_rails_then_the_mpi_collective(cluster, tmp_path):
+    # `preflight fabric --slurm --collective`: the rails (real iperf3, srun steps), then the
+    # collective (srun --mpi=pmix steps) in one run directory; a shaped node blamed by both.
+    out = tmp_path / "fabric"
+    with slow_host(cluster.sim, "mp2", "20mbit"):
+        code = main(["fabric", "--slurm", "-w", "mp[1-4]", "--out", str(out), "--run-id", "f", "-q", "--no-db",
+                     "--pair-tool", "iperf3", "--seconds", "1", "--reps", "1", "--bitrate", "200M", "--collective",
+                     "--collective-tool", "mpi", "--mpirun-args", MCA, "--collective-python", PYTHON,
+                     "--collective-bytes", "1M", "--collective-slow-ratio", "0.2", "--nccl-timeout", "20"])
+    report = json.loads((out / "f" / "report.json").read_text())
+    failed = {(f["check"], f["host"]) for f in report["findings"] if f["host"] and f["status"] == "fail"}
+    assert code == 1 and failed == {("fabric-rails", "mp2"), ("nccl-multinode", "mp2")}, failed
+    saved = out / "f" / "bundle" / "hosts" / "fleet-" / "nccl-multinode.json"
+    assert "--mpi=pmix" in json.loads(saved.read_text())["command"]
+    cluster.wait_idle()
