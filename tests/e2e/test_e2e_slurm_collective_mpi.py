@@ -3,10 +3,11 @@ cluster (tests/slurmcluster.py): every run of the collective, the bisection's in
 srun step of one allocation whose tasks (one per node, preflight/node/mpi_allreduce.py under
 Debian's python3-mpi4py) Slurm's PMIx plugin wires into one Open MPI job (srun --mpi=pmix):
 no mpirun, no SSH between the nodes. The all_reduce's TCP traffic crosses the simulated nodes'
-real veth links (each slurmd runs in its node's namespaces), and the fault is real: tc tbf on one
-node's link (tests/netfaults.slow_host). A healthy fleet is never blamed; the shaped node is.
+real veth links (each slurmd runs in its node's namespaces), and the faults are real: tc tbf on
+one node's link (tests/netfaults.slow_host), one node's MPI data ports stalled (a hang). A
+healthy fleet is never blamed; the faulty node is; `fabric --slurm --collective` blames it too.
 
-Small on purpose: 4 nodes, 1 MiB all_reduces, a 20 s limit per step.
+Small on purpose: 4 nodes, 1 MiB all_reduces, a 20 s limit per step (5 s where it hangs).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from netfaults import slow_host
+from netfaults import data_ports_stalled, slow_host
 from simcluster import SimHost
 from slurmcluster import slurm_fleet
 
@@ -49,12 +50,12 @@ def cluster(tmp_path_factory):
         yield slurm
 
 
-def run(tmp_path: Path, name: str) -> tuple[int, dict, Path]:
+def run(tmp_path: Path, name: str, timeout: int = 20, extra: tuple[str, ...] = ()) -> tuple[int, dict, Path]:
     out = tmp_path / name
     code = main(["run", "--slurm", "-w", "mp[1-4]", "--out", str(out), "--run-id", "r", "-q",
                  "--checks", "nccl-multinode", "--nccl-multinode", "--collective-tool", "mpi",
-                 "--mpirun-args", MCA, "--collective-python", PYTHON, "--collective-bytes", "1M",
-                 "--collective-slow-ratio", "0.2", "--nccl-timeout", "20"])
+                 "--mpirun-args", MCA + "".join(f" {e}" for e in extra), "--collective-python", PYTHON,
+                 "--collective-bytes", "1M", "--collective-slow-ratio", "0.2", "--nccl-timeout", str(timeout)])
     return code, json.loads((out / "r" / "report.json").read_text()), out / "r"
 
 
@@ -103,6 +104,21 @@ def test_rate_limited_node_is_found_by_the_bisection_through_srun(cluster, tmp_p
     assert pairs and all(p.read_text().startswith("# preflight: tool=mpi4py") for p in pairs)
     cluster.wait_idle()
 
+
+
+def test_stalled_data_path_hangs_the_step_and_the_bisection_names_the_node(cluster, tmp_path):
+    # mp4's MPI data ports stall while Slurm's own traffic (the launch, PMIx's exchange) still
+    # flows: the ranks start and the all_reduce hangs. Each task's limit ends the step
+    # (--kill-on-bad-exit), read as a hang from srun's per-task lines.
+    ports = ("--mca btl_tcp_port_min_v4 40000", "--mca btl_tcp_port_range_v4 64")
+    with data_ports_stalled(cluster.sim, "mp4"):
+        code, report, _ = run(tmp_path, "hang", timeout=5, extra=ports)
+    fleet = fleet_finding(report)
+    assert code == 1 and {h for h, s in statuses(report).items() if s == "fail"} == {"mp4"}, fleet["summary"]
+    assert "hung (stopped by its timeout; ranks that never finished" in fleet["summary"]
+    culprit = next(f for f in report["findings"] if f["host"] == "mp4" and f["check"] == "nccl-multinode")
+    assert "nccl-hang" in culprit["symptoms"]
+    cluster.wait_idle()
 
 @pytest.mark.skipif(not shutil.which("iperf3"), reason="iperf3 missing (apt-get install iperf3)")
 def test_fabric_through_slurm_runs_the_rails_then_the_mpi_collective(cluster, tmp_path):
