@@ -92,7 +92,7 @@ class SlurmCluster:
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix="slurm-", dir=self.workdir)).resolve()
-        for sub in ("state", "spool", "log", "run"):
+        for sub in ("state", "spool", "log", "run", "tmp"):
             (self.dir / sub).mkdir()
         self.conf = self.dir / "slurm.conf"
         self.munge_socket = self.dir / "run" / "munge.socket"
@@ -158,6 +158,12 @@ class SlurmCluster:
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_CPU",
             "MpiDefault=none",
+            # Each node's temporary files on a tmpfs of its own (mounted at this path in the node's
+            # mount namespace by start_slurmd), as every real node has its own /tmp: the PMIx
+            # plugin makes its per-step client directory under TmpFS (/tmp by default), and nodes
+            # sharing this machine's /tmp collide there ("Cannot create directory
+            # /tmp/spmix_appdir_0_1.0: File exists"), so no srun --mpi=pmix step could start.
+            f"TmpFS={d / 'tmp'}",
             "SwitchType=switch/none",
             "ReturnToService=2",
             # Jobs of a test start at once and a finished one frees its nodes at once.
@@ -183,11 +189,13 @@ class SlurmCluster:
             "for c in $(awk 'NR>1 && $4==1 && $2!=0 {print $1}' /proc/cgroups); do "
             "mkdir -p /sys/fs/cgroup/$c && mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c; done; "
             "mkdir -p /sys/fs/cgroup/systemd && mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd; }\n"
+            # the node's own TmpFS (see _slurm_conf)
+            'mountpoint -q "$3" || mount -t tmpfs -o mode=1777 slurmcluster-tmp "$3"\n'
             'exec /usr/sbin/slurmd -D -f "$1" -N "$2"\n'
         )
         stderr = open(self.dir / "log" / f"slurmd-{node}.stderr", "wb")
         proc = subprocess.Popen(["nsenter", "-t", str(sshd_pid), "-n", "-m", "-u", "sh", "-ec", script, "sh",
-                                 str(self.conf), node], env=self.env, stdout=subprocess.DEVNULL, stderr=stderr,
+                                 str(self.conf), node, str(self.dir / "tmp")], env=self.env, stdout=subprocess.DEVNULL, stderr=stderr,
                                 start_new_session=True)
         self._slurmd[node] = proc.pid
 

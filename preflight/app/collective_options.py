@@ -15,6 +15,7 @@ import shlex
 
 from preflight.app.errors import UsageError
 from preflight.collect.multinode import TOOLS, MultinodeOptions
+from preflight.collect.multinode_slurm import mca_env
 from preflight.collect.nccl import NcclOptions, parse_size
 from preflight.knowledge.datafile import LONGEST_S, positive
 
@@ -56,10 +57,11 @@ def add(group) -> None:
     group.add_argument("--collective-tool", choices=TOOLS, default="nccl",
                        help="--nccl-multinode's engine: nccl (all_reduce_perf, GPUs) or mpi (an MPI all_reduce "
                             "through mpi4py, one rank per node: runs without GPUs; needs python3-mpi4py and "
-                            "openmpi-bin on every node)")
+                            "openmpi-bin on every node; under --slurm srun steps with --mpi=pmix)")
     group.add_argument("--mpirun-args", metavar="ARGS", default="",
                        help="extra mpirun options before the program, e.g. \"--mca btl_tcp_if_include eth0\" "
-                            "(split like a shell would; no shell runs them)")
+                            "(split like a shell would; no shell runs them); under --slurm only --mca NAME VALUE "
+                            "pairs, set as OMPI_MCA_NAME in the srun tasks' environment")
     group.add_argument("--collective-python", metavar="PATH", default="python3",
                        help="the mpi engine's python3 on the nodes (default python3)")
     group.add_argument("--collective-bytes", type=_size, default="1M", metavar="SIZE",
@@ -80,9 +82,15 @@ def options_of(args: argparse.Namespace, nccl: NcclOptions, node_dir: str) -> Mu
         extra = tuple(shlex.split(args.mpirun_args or ""))
     except ValueError as exc:
         raise UsageError(f"--mpirun-args: {exc}") from None
-    if args.collective_tool == "mpi" and getattr(args, "slurm", None):
-        raise UsageError("--collective-tool mpi runs through mpirun over SSH: not with --slurm "
-                         "(srun steps run nccl-tests through the site's MPI plugin)")
+    if getattr(args, "slurm", None):
+        # srun starts the ranks (preflight/collect/multinode_slurm.py): no mpirun to take its options.
+        try:
+            mca_env(extra)
+        except ValueError as exc:
+            raise UsageError(f"--mpirun-args: {exc}") from None
+        if getattr(args, "nccl_node_dir", None):
+            raise UsageError("--nccl-node-dir: the hostfiles of mpirun over SSH: not with --slurm (srun steps "
+                             "need none)")
     return MultinodeOptions.from_nccl(nccl, node_dir, tool=args.collective_tool, mpirun_args=extra,
                                       python=args.collective_python, mpi_bytes=args.collective_bytes,
                                       expect_busbw_gbs=args.collective_expect_busbw,

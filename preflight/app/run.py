@@ -130,8 +130,9 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
             chosen = [j.profile for h, j in early.judged(bundle).items() if h in reached]
             multinode = with_profile_expectation(req.multinode, chosen)
             if req.slurm:
+                judge = judge_for(multinode)
                 run_multinode_slurm(req.hosts, reached, writer.add, req.slurm, multinode, req.run_id, FLEET_HOST,
-                                    judge_for(multinode))
+                                    judge, split_once=judge.expectation.relative)
             else:
                 collective_over_ssh(req.hosts, reached, writer.add, req.plan.ssh, multinode, req.run_id, FLEET_HOST)
         bundle = writer.bundle()

@@ -1,8 +1,9 @@
 """An MPI all_reduce across nodes, for fleets without GPUs (``--collective-tool mpi``).
 
-mpirun starts one rank per node with this file's text as ``python3 -c``; ranks meet through
-Open MPI and their all_reduce travels over whatever the MPI library uses between the nodes (on
-the namespace test bed: TCP over the real veth links, so a shaped or cut link shows). It needs
+mpirun (or, under Slurm, srun --mpi=pmix) starts one rank per node with this file's text as
+``python3 -c``; ranks meet through Open MPI and their all_reduce travels over whatever the MPI
+library uses between the nodes (on the namespace test bed: TCP over the real veth links, so a
+shaped or cut link shows). It needs
 python3 with mpi4py on every node (Debian: ``python3-mpi4py``, ``openmpi-bin``) and imports
 nothing from preflight.
 

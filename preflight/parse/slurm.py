@@ -195,3 +195,20 @@ def task_exit_codes(text: str) -> list[int]:
     code 124"), in order. srun's own exit is only the highest of them, or 128+signal of a task
     it terminated, which hides what the first task to end said."""
     return [int(m[1]) for m in _TASK_EXIT.finditer(text)]
+
+
+# srun could not load the MPI plugin the step asked for (--mpi=TYPE): no task was started. Seen
+# with Debian's slurm-wlm when libpmix-dev (the unversioned libpmix.so the pmix plugin opens) is
+# missing: "mpi/pmix_v4: init: ... pmi/pmix: can not load PMIx library", then these lines
+# (tests/fixtures/slurm/srun-mpi-pmix-library-missing.stderr).
+_MPI_PLUGIN = re.compile(r"^srun: error: (?:MPI: Cannot create context for mpi/\S+|Invalid MPI type '[^']*'.*)$",
+                         re.MULTILINE)
+_PLUGIN_CAUSE = re.compile(r"^srun: error: +mpi/\S+: init: .*?: (\S+: can not load .*)$", re.MULTILINE)
+
+
+def mpi_plugin_failure(text: str) -> str | None:
+    """What srun's stderr says when it could not load the step's MPI plugin; None otherwise."""
+    if not (m := _MPI_PLUGIN.search(text)):
+        return None
+    cause = _PLUGIN_CAUSE.search(text)
+    return m[0].removeprefix("srun: error: ") + (f" ({cause[1]})" if cause else "")

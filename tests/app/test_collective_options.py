@@ -31,8 +31,24 @@ def test_bad_collective_options(tmp_path, capsys, args, said):
     assert not (tmp_path / "r").exists()
 
 
-def test_the_mpi_engine_is_not_offered_under_slurm(tmp_path, capsys):
+@pytest.mark.parametrize("args, said", [
+    (["--mpirun-args", "--allow-run-as-root --mca btl tcp,self"],
+     "--mpirun-args: '--allow-run-as-root' is an mpirun option: under --slurm srun starts the ranks, and only "
+     "--mca NAME VALUE pairs apply"),
+    (["--mpirun-args", "--mca btl"], "--mpirun-args: --mca needs a parameter name and a value"),
+    (["--nccl-node-dir", "/tmp/x"], "--nccl-node-dir: the hostfiles of mpirun over SSH: not with --slurm"),
+])
+def test_mpirun_options_under_slurm_are_refused(tmp_path, capsys, args, said):
+    # Under --slurm srun starts the ranks (the mpi engine wired by PMIx): mpirun's own options
+    # have nothing to reach; the engine itself is offered.
     assert main(["run", "--slurm", "-w", "gpu[01-02]", "--nccl-multinode", "--collective-tool", "mpi",
-                 "--out", str(tmp_path / "r"), "-q"]) == 2
-    assert "--collective-tool mpi runs through mpirun over SSH: not with --slurm" in capsys.readouterr().err
+                 "--out", str(tmp_path / "r"), "-q", *args]) == 2
+    assert said in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "r").exists()
+
+
+def test_fabric_collective_under_slurm_refuses_mpirun_options_too(tmp_path, capsys):
+    assert main(["fabric", "--slurm", "-w", "gpu[01-02]", "--pair-tool", "iperf3", "--collective",
+                 "--collective-tool", "mpi", "--mpirun-args", "-np 4", "--out", str(tmp_path / "r"), "-q"]) == 2
+    assert "--mpirun-args: '-np' is an mpirun option" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()

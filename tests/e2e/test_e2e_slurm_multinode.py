@@ -9,7 +9,8 @@ node list) the table of tests/derived.py's mpirun_all_reduce without mpirun's ta
 none), the other ranks nothing but a real NCCL WARN line where one is expected. The full run
 hangs past its limit, the intra-node split passes, the inter-node split fails with gpu02's
 error-12 line; the bisection (the groups of one round run as concurrent steps: the halves,
-then the failing half's nodes with nodes that passed) must blame gpu03 alone. Real MPI cannot run here (no GPUs, no PMI plugin in the test cluster).
+then the failing half's nodes with nodes that passed) must blame gpu03 alone. nccl-tests cannot run here (no GPUs);
+the mpi engine's real Open MPI job under srun --mpi=pmix is tests/e2e/test_e2e_slurm_collective_mpi.py.
 """
 
 from __future__ import annotations
