@@ -56,7 +56,7 @@ _VLLM_FILES = {"test_vllm_cpu.py", "test_soak_vllm_e2e.py"}
 # ratio), which the other group's load does not move, and alone they are a third of the daemons'
 # time, which one worker serially made the parallel part's longest path.
 _FABRIC_FILES = {"test_e2e_collective_mpi.py", "test_e2e_fabric.py", "test_e2e_fabric_perftest.py",
-                 "test_netfaults.py"}
+                 "test_netfaults.py", "test_e2e_slurm_collective_mpi.py"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
