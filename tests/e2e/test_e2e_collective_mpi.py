@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.root,
 
 # Where the fault is a hang, slowness is not judged: an explicit expectation no run falls under.
 NOT_SLOW = ["--collective-expect-busbw", "1e-9"]
+HEALTHY = ["--collective-expect-busbw", "0.004"]
 
 
 def mpirun_args(cluster) -> str:
@@ -81,13 +82,15 @@ def cluster(tmp_path_factory):
 
 
 def test_healthy_fleet_is_never_blamed(cluster, tmp_path):
-    code, report, run_dir = run(cluster, tmp_path, "healthy", expect=["--collective-slow-ratio", "0.2",
-                                                                     "--collective-reps", "2"])
+    # An explicit expectation: healthy runs here measured 0.012-0.58 GB/s, so slow below half of
+    # 0.004 is far from every one of them however the rest of the suite loads the cores (the
+    # relative one compares a 6-rank run with 3-rank ones, slower by themselves: see the slow host's
+    # test for it).
+    code, report, run_dir = run(cluster, tmp_path, "healthy", expect=HEALTHY + ["--collective-reps", "2"])
     assert code == 0, fleet_finding(report)["summary"]
     assert set(statuses(report).values()) == {"pass"}
     fleet = fleet_finding(report)
-    # The relative expectation halves a passing fleet run once: both halves pass, nobody is blamed.
-    assert fleet["data"]["bisection"]["culprits"] == [] and fleet["data"]["bisection"]["rounds"] == 2
+    assert "bisection" not in fleet["data"]  # the fleet run passed: nothing to bisect
     assert "MPI all_reduce busbw" in fleet["summary"]
     text = (run_dir / "bundle" / "hosts" / "fleet-" / "nccl-multinode.txt").read_text()
     # The fleet run twice (--collective-reps 2), each repetition closed by its own marker.
@@ -162,14 +165,13 @@ def test_fabric_runs_the_rails_then_the_collective_in_one_run(cluster, tmp_path)
                  "--out", str(out), "--run-id", "f", "-q", "--no-db", "--pair-tool", "iperf3",
                  "--seconds", "1", "--reps", "1", "--bitrate", "200M", "--collective",
                  "--collective-tool", "mpi", "--mpirun-args", mpirun_args(cluster), "--collective-bytes", "1M",
-                 "--collective-slow-ratio", "0.2", "--nccl-timeout", "20",
-                 "--nccl-node-dir", str(tmp_path / "launcher")])
+                 *HEALTHY, "--nccl-timeout", "20", "--nccl-node-dir", str(tmp_path / "launcher")])
     report = json.loads((out / "f" / "report.json").read_text())
     judged = {(f["check"], f["host"]): f["status"] for f in report["findings"]}
     assert code == 0 and set(statuses(report).values()) == {"pass"}, judged
     hosts = [f"n{i}" for i in range(1, 7)]
-    assert all(judged[("fabric-rails", h)] == judged[("nccl-multinode", h)] == "pass" for h in hosts)
+    assert all(judged[("fabric-rails", h)] == "pass" for h in hosts)
     assert judged[("nccl-multinode", None)] == "pass" and judged[("fabric-rails", None)] == "pass"
-    assert fleet_finding(report)["data"]["bisection"]["culprits"] == []
+    assert "bisection" not in fleet_finding(report)["data"]  # the fleet run passed: nothing to bisect
     saved = {p.name for p in (out / "f" / "bundle" / "hosts").rglob("*") if p.is_file()}
     assert "nccl-multinode.txt" in saved and any(n.startswith("fabric-rail-") for n in saved)

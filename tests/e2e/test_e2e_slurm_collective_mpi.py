@@ -42,6 +42,12 @@ MCA = ("--mca btl_tcp_if_include eth0 --mca btl tcp,self --mca mpi_yield_when_id
 # srun passes the caller's PATH on to the tasks, where the first python3 may be one without
 # Debian's mpi4py (a pyenv's): the interpreter python3-mpi4py is built for.
 PYTHON = "/usr/bin/python3"
+# What "slow" means here: an explicit expectation, not the runs' own median. Healthy steps measured
+# 0.09-1.5 GB/s (a 4-rank step is slower than a 2-rank one by itself, and two shared cores under
+# the rest of the suite swing any run several times), a 20 Mbit/s node about 0.0013 GB/s: slow
+# below half of 0.01 sits an order of magnitude from both. The relative judgement once blamed two
+# healthy nodes here while another cluster loaded the cores.
+EXPECT = "--collective-expect-busbw 0.01"
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +61,7 @@ def run(tmp_path: Path, name: str, timeout: int = 20, extra: tuple[str, ...] = (
     code = main(["run", "--slurm", "-w", "mp[1-4]", "--out", str(out), "--run-id", "r", "-q",
                  "--checks", "nccl-multinode", "--nccl-multinode", "--collective-tool", "mpi",
                  "--mpirun-args", MCA + "".join(f" {e}" for e in extra), "--collective-python", PYTHON,
-                 "--collective-bytes", "1M", "--collective-slow-ratio", "0.2", "--nccl-timeout", str(timeout)])
+                 "--collective-bytes", "1M", *EXPECT.split(), "--nccl-timeout", str(timeout)])
     return code, json.loads((out / "r" / "report.json").read_text()), out / "r"
 
 
@@ -71,8 +77,7 @@ def test_healthy_fleet_through_srun_steps_is_never_blamed(cluster, tmp_path):
     code, report, run_dir = run(tmp_path, "healthy")
     fleet = fleet_finding(report)
     assert code == 0 and set(statuses(report).values()) == {"pass"}, fleet["summary"]
-    # The relative expectation halves a passing fleet run once: both halves pass, nobody is blamed.
-    assert fleet["data"]["bisection"]["culprits"] == [] and fleet["data"]["bisection"]["rounds"] == 2
+    assert "bisection" not in fleet["data"]  # the fleet run passed: nothing to bisect
     saved = run_dir / "bundle" / "hosts" / "fleet-"
     text = (saved / "nccl-multinode.txt").read_text()
     # One real MPI job of four ranks, one per node, every rank on its own node (PMIx wired them:
@@ -129,9 +134,10 @@ def test_fabric_through_slurm_runs_the_rails_then_the_mpi_collective(cluster, tm
     code = main(["fabric", "--slurm", "-w", "mp[1-4]", "--out", str(out), "--run-id", "f", "-q", "--no-db",
                  "--pair-tool", "iperf3", "--seconds", "1", "--reps", "1", "--bitrate", "200M", "--collective",
                  "--collective-tool", "mpi", "--mpirun-args", MCA, "--collective-python", PYTHON,
-                 "--collective-bytes", "1M", "--collective-slow-ratio", "0.2", "--nccl-timeout", "20"])
+                 "--collective-bytes", "1M", *EXPECT.split(), "--nccl-timeout", "20"])
     report = json.loads((out / "f" / "report.json").read_text())
-    judged = {(f["check"], f["host"]): f["status"] for f in report["findings"] if f["host"]}
+    judged = {(f["check"], f["host"]): f["status"] for f in report["findings"]
+              if f["check"] in ("fabric-rails", "nccl-multinode")}
     assert code == 0 and set(judged.values()) == {"pass"}, judged
     assert {"fabric-rails", "nccl-multinode"} <= {c for c, _ in judged}
     saved = out / "f" / "bundle" / "hosts" / "fleet-"
