@@ -42,7 +42,7 @@ from preflight.collect.fanout import ExecPlan
 from preflight.collect.local import local_host_name
 from preflight.collect.multinode import NODE_DIR
 from preflight.collect.nccl import PROBE_ID as NCCL_PROBE_ID
-from preflight.collect.nccl import NcclOptions, parse_size
+from preflight.collect.nccl import NcclOptions
 from preflight.collect.probes import PROBES
 from preflight.collect.slurm_job import expand as expand_nodes
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -64,14 +64,6 @@ _positive = positive
 
 LISTING_NOTE = ("On a terminal, one entry per paragraph; piped, one record per line, tab-separated "
                 "and never wrapped; --json for every field.")
-
-
-def _size(text: str) -> int:
-
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _active_test_options(run: argparse.ArgumentParser) -> None:

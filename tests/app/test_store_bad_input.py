@@ -65,11 +65,3 @@ def test_an_import_of_a_folder_without_a_report_is_refused(store_url, tmp_path, 
     # Refused before anything is written: the good folder named beside it was not recorded either.
     code, _, err = run(capsys, "history", "gpu007", "--since", "3650d", "--db", store_url)
     assert code == 2  # the store holds no run (or was never made)
-
-
-def test_a_site_file_naming_a_check_that_does_not_exist_refuses_the_lifecycle(tmp_path, capsys):
-    site = tmp_path / "site.yaml"
-    site.write_text("format: preflight-lifecycle/1\ncauses:\n  nvlink-down: {acceptance: [nccl-allreduce]}\n")
-    code, _, err = run(capsys, "lifecycle", "--once", "--site", str(site), "--db", f"sqlite:///{tmp_path}/s.sqlite")
-    assert code == 2 and f"{site}: causes.nvlink-down.acceptance: no such check: nccl-allreduce" in err
-    assert not (tmp_path / "s.sqlite").exists()

@@ -89,9 +89,14 @@ def test_bad_lifecycle_usage_exits_2(argv, message, capsys, tmp_path):
     assert code == 2 and message in err
 
 
-def test_a_bad_site_file_exits_2_naming_it(tmp_path, capsys):
+@pytest.mark.parametrize("causes,said", [
+    ("{gpu-ecc-uncorrectable: {step: pray}}", "causes.gpu-ecc-uncorrectable.step"),
+    # every retest for the cause would fail on a check that does not exist
+    ("{nvlink-down: {acceptance: [nccl-allreduce]}}", "causes.nvlink-down.acceptance: no such check: nccl-allreduce"),
+])
+def test_a_bad_site_file_exits_2_naming_it(causes, said, tmp_path, capsys):
     site = tmp_path / "site.yaml"
-    site.write_text("format: preflight-lifecycle/1\ncauses: {gpu-ecc-uncorrectable: {step: pray}}\n")
+    site.write_text(f"format: preflight-lifecycle/1\ncauses: {causes}\n")
     code, _, err = run(capsys, "lifecycle", "--once", "--site", str(site), "--db", f"sqlite:///{tmp_path}/s.sqlite")
-    assert code == 2 and f"{site}: causes.gpu-ecc-uncorrectable.step" in err
+    assert code == 2 and f"{site}: {said}" in err
     assert not (tmp_path / "s.sqlite").exists()
