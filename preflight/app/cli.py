@@ -31,6 +31,7 @@ from preflight.app import (
     prolog,
     soak_cli,
     store_cli,
+    sweep_cli,
     targets,
 )
 from preflight.app.errors import INPUT_ERRORS, UsageError
@@ -209,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     drain_cli.add_parsers(sub)
     store_cli.add_parser(sub)
     lifecycle_cli.add_parser(sub)
+    sweep_cli.add_parser(sub)
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need",
                         description=LISTING_NOTE)
@@ -557,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
                 "baseline": cmd_baseline,
                 "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume,
                 "prolog": cmd_prolog, "history": store_cli.cmd_history,
-                "lifecycle": lifecycle_cli.cmd_lifecycle}
+                "lifecycle": lifecycle_cli.cmd_lifecycle, "sweep": sweep_cli.cmd_sweep}
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:
