@@ -42,7 +42,11 @@ PLAIN = {"markup": False, "highlight": False, "soft_wrap": True, "emoji": False}
 # Kept of the budget for the step's own start and the outcome's record, after the children end.
 MARGIN_S = 30.0
 SETTLE_WINDOW_S = 14 * 86400.0  # submitted sweeps older than this are not looked for again
-STOP_WAIT_S = 5.0  # a child asked to stop (SIGTERM) has this long before SIGKILL
+# A child asked to stop (SIGTERM) has this long before SIGKILL: its run is thrown away (no
+# verdict), and the outcome must be written before Slurm's own SIGKILL (KillWait after its
+# SIGTERM; 30 s by default, the test cluster's 2 s). What the run left behind on the node, Slurm
+# ends with the step.
+STOP_WAIT_S = 1.0
 
 
 def add_parser(sub) -> None:
