@@ -7,7 +7,7 @@
 - preempt: a real Slurm 22.05 cluster (tests/slurmcluster.py) with PreemptType=preempt/partition_prio,
   PreemptMode=CANCEL, a `sweep` partition (PriorityTier=1, GraceTime=G) and a `batch` partition
   (PriorityTier=10) over the same simulated nodes. One sweep pass starts a sweep on every node
-  (max_share 1) whose DCGM diagnostic takes 120 s; 3 s into it, a user job (`sbatch -p batch
+  (max_share 1) whose DCGM diagnostic takes 120 s; 1 s after its run starts on the node, a user job (`sbatch -p batch
   --exclusive`) asks for the node. Measured: submission to RUNNING (squeue polled every 0.1 s) and
   Slurm's own StartTime - SubmitTime (whole seconds), per node, and whether the store says preempted.
   The same for a job that is a bare batch script (no srun step), which Slurm signals only when the
@@ -18,6 +18,7 @@
   and the most in one pass) and steps per minute (each job is a batch step and one srun step).
 - pass: one real pass on a simulated cluster of N nodes (one slurmd each): its wall time and the
   RPCs slurmctld served for it (sdiag's per-type counts, before and after).
+The store is a PostgreSQL server of the bench's own (tests/pgcluster.py), as the sweep requires.
 Record the machine and date with the numbers (bench/RESULTS.md).
 """
 
@@ -113,9 +114,9 @@ def _site(work: Path, share: float = 1.0) -> Path:
     return site
 
 
-def _pass(slurm, site: Path, db: Path) -> dict:
+def _pass(slurm, site: Path, db: str) -> dict:
     r = subprocess.run([sys.executable, "-m", "preflight", "sweep", "--slurm", "--site", str(site), "--db",
-                        f"sqlite:///{db}", "--json"], env={**slurm.env, "PYTHONPATH": str(ROOT)},
+                        db, "--json"], env={**slurm.env, "PYTHONPATH": str(ROOT)},
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise SystemExit(f"sweep pass exited {r.returncode}: {r.stderr or r.stdout}")
@@ -148,27 +149,53 @@ def _user_job(slurm, node: str) -> tuple[float, int]:
     return polled, int(times["StartTime"] - times["SubmitTime"])
 
 
+def _store():
+    """A PostgreSQL server of the bench's own (tests/pgcluster.py), as the sweep needs."""
+    import pgcluster
+
+    return pgcluster.start(max_connections=40), pgcluster.stop
+
+
+def _events(db: str) -> list[str]:
+    from preflight.app.store_cli import open_store
+    from preflight.store.location import parse
+
+    with open_store(parse(db), create=False) as store:
+        return [k for (k,) in store.rows("SELECT kind FROM pf_events WHERE kind LIKE 'sweep-%' "
+                                         "AND kind != 'sweep-submitted' ORDER BY at")]
+
+
 def cmd_preempt(args) -> None:
     names = [f"gpu{i:02d}" for i in range(1, args.nodes + 1)]
     os.environ["PYTHONPATH"] = str(ROOT)
+    pg, stop = _store()
+    try:
+        _preempt(args, names, pg)
+    finally:
+        stop(pg)
+
+
+def _checking(run_id: str) -> bool:
+    """The sweep's run started on its node (`sweep --job` starts it once it listens for SIGTERM)."""
+    return subprocess.run(["pgrep", "-f", f"preflight run --local --run-id {run_id} "],
+                          stdout=subprocess.DEVNULL).returncode == 0
+
+
+def _preempt(args, names, pg) -> None:
     for grace in args.grace:
         with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
             work = Path(tmp)
             with _cluster(names, work, grace) as slurm:
-                db = work / "store.sqlite"
+                db = pg.create_database(f"bench_sweep_{grace}")
                 p = _pass(slurm, _site(work), db)
-                jobs = {s["node"]: str(s["job"]) for s in p["submitted"]}
+                runs = {s["node"]: s["run_id"] for s in p["submitted"]}
                 rows = []
                 for node in names:
-                    _wait(lambda j=jobs[node]: _running(slurm, j))
-                    time.sleep(3)  # inside the sweep's 120 s diagnostic
+                    _wait(lambda r=runs[node]: _checking(r))
+                    time.sleep(1)  # inside the sweep's 120 s diagnostic
                     rows.append(_user_job(slurm, node))
                 slurm.wait_idle(60)
-                import sqlite3
-
-                with sqlite3.connect(db) as con:
-                    kinds = [k for (k,) in con.execute("SELECT kind FROM pf_events WHERE kind LIKE 'sweep-%' "
-                                                       "AND kind != 'sweep-submitted'")]
+                kinds = _events(db)
                 print(json.dumps({"grace_s": grace, "kind": "sweep (srun step)",
                                   "polled_s": [round(r[0], 2) for r in rows], "slurm_s": [r[1] for r in rows],
                                   "outcomes": kinds}))
@@ -196,13 +223,21 @@ def _sdiag(slurm) -> dict[str, int]:
 def cmd_pass(args) -> None:
     names = [f"gpu{i:03d}" for i in range(1, args.nodes + 1)]
     os.environ["PYTHONPATH"] = str(ROOT)
+    pg, stop = _store()
+    try:
+        _one(args, names, pg)
+    finally:
+        stop(pg)
+
+
+def _one(args, names, pg) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         work = Path(tmp)
         with _cluster(names, work, 5) as slurm:
             site = _site(work, args.share)
             before = _sdiag(slurm)
             t0 = time.monotonic()
-            p = _pass(slurm, site, work / "store.sqlite")
+            p = _pass(slurm, site, pg.create_database("bench_sweep_pass"))
             wall = time.monotonic() - t0
             after = _sdiag(slurm)
             rpcs = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}

@@ -63,8 +63,8 @@ def add_parser(sub) -> None:
                    "partition or QOS, period, max_share, budget, DCGM level, checks, burn (docs/sweep.md)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; submit and record nothing")
     p.add_argument("--json", action="store_true", help="print the pass as JSON")
-    p.add_argument("--db", metavar="URL", help="the store (default $PREFLIGHT_DB, else the embedded SQLite file); "
-                   "the jobs record into it too, so the nodes must reach it")
+    p.add_argument("--db", metavar="URL", help="the store, PostgreSQL (default $PREFLIGHT_DB): the jobs record into "
+                   "it from the nodes, so they must reach it")
     node = p.add_argument_group("on the node", "what a sweep's Slurm job runs (the pass writes these)")
     node.add_argument("--job", metavar="RUN_ID", help="run the sweep RUN_ID here and record how it ended")
     node.add_argument("--dcgm-level", type=int, choices=(1, 2, 3, 4), default=2, metavar="N")
@@ -91,6 +91,12 @@ def cmd_sweep(args, console: Console) -> int:
     except sweep_policy.SweepPolicyError as exc:
         raise UsageError(str(exc)) from None
     url = store_cli.required_url(args)
+    if url.dialect != "postgresql":
+        # The jobs record into the store from the nodes while the pass and others write to it: an
+        # SQLite file is one host's (a node's own would never be read here, and every pass would
+        # sweep the nodes again), and written from the nodes at once it lost events (docs/sweep.md).
+        raise UsageError(f"sweep --slurm: the store must be PostgreSQL, which the nodes reach too (--db or "
+                         f"${DB_ENV} postgresql://...), not {url.shown}")
     with store_cli.open_required(args, create=True) as store:
         result = one_pass(store, url, policy, time.time(), args.dry_run)
     print(json.dumps(result, indent=1)) if args.json else _show(result, console, args.dry_run)

@@ -63,6 +63,14 @@ def test_bad_usage_exits_2_naming_it(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_the_pass_needs_a_store_the_nodes_share(tmp_path, capsys):
+    site = tmp_path / "sweep.yaml"
+    site.write_text("format: preflight-sweep/1\npartition: sweep\n")
+    assert main(["sweep", "--slurm", "--site", str(site), "--db", f"sqlite:///{tmp_path}/s.sqlite"]) == 2
+    assert "the store must be PostgreSQL" in capsys.readouterr().err
+    assert not (tmp_path / "s.sqlite").exists()
+
+
 def test_a_bad_site_file_exits_2_naming_file_and_field(tmp_path, capsys):
     site = tmp_path / "sweep.yaml"
     site.write_text("format: preflight-sweep/1\npartition: sweep\nmax_share: 2\n")
