@@ -245,8 +245,10 @@ def job_steps(args) -> list[tuple[str, list[str]]]:
 
 
 def _job(args, console: Console) -> int:
-    node = local_host_name()
-    if sweep_plan.node_of(args.job) is None:
+    # The node as Slurm names it (the pass put it in the run id): what the next pass looks up. The
+    # run names the node by its host name; where the two differ, the event says so.
+    node = sweep_plan.node_of(args.job)
+    if node is None:
         raise UsageError(f"--job {args.job}: not a sweep's run id (sweep-NODE-STAMP)")
     url = store_cli.required_url(args)  # before anything runs: a store it cannot name is bad usage
     stop = _Stopped()
@@ -258,6 +260,8 @@ def _job(args, console: Console) -> int:
             break
     job = os.environ.get("SLURM_JOB_ID")
     detail: dict = {"job": int(job) if job and job.isdigit() else None, "steps": results}
+    if local_host_name() != node:
+        detail["host"] = local_host_name()  # the name the run's verdicts are recorded under
     if stop.signal is not None:
         chosen = slurm_sweep.preempted(int(job)) if detail["job"] else None
         detail["preempted"] = chosen
