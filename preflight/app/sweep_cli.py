@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.judge.loader import load_checks
 from preflight.lifecycle import sweep_plan, sweep_policy
 from preflight.printable import printable as _p
+from preflight.store import lifecycle as kept
 from preflight.store import sweeps
 from preflight.store.location import ENV as DB_ENV
 
@@ -47,6 +49,8 @@ SETTLE_WINDOW_S = 14 * 86400.0  # submitted sweeps older than this are not looke
 # SIGTERM; 30 s by default, the test cluster's 2 s). What the run left behind on the node, Slurm
 # ends with the step.
 STOP_WAIT_S = 1.0
+LOCK, LOCK_TTL_S = "sweep", 600.0  # a pass lasts seconds; a pass that died holding it blocks 10 minutes at most
+_EMPTY = {"submitted": [], "refused": [], "settled": [], "capacity": 0, "in_flight": [], "left": {}}
 
 
 def add_parser(sub) -> None:
@@ -97,8 +101,19 @@ def cmd_sweep(args, console: Console) -> int:
         # sweep the nodes again), and written from the nodes at once it lost events (docs/sweep.md).
         raise UsageError(f"sweep --slurm: the store must be PostgreSQL, which the nodes reach too (--db or "
                          f"${DB_ENV} postgresql://...), not {url.shown}")
+    holder = f"{socket.gethostname()}:{os.getpid()}"
     with store_cli.open_required(args, create=True) as store:
-        result = one_pass(store, url, policy, time.time(), args.dry_run)
+        # One pass at a time (the timer's and an operator's): two at once would each see no job
+        # on a node and both submit one. The lifecycle's lock table, under a name of its own.
+        if not args.dry_run and not kept.take_lock(store, LOCK, holder, LOCK_TTL_S):
+            found = kept.lock_holder(store, LOCK)
+            result = {**_EMPTY, "lock_holder": found[0] if found else "another pass"}
+        else:
+            try:
+                result = {**one_pass(store, url, policy, time.time(), args.dry_run), "lock_holder": None}
+            finally:
+                if not args.dry_run:
+                    kept.drop_lock(store, LOCK, holder)
     print(json.dumps(result, indent=1)) if args.json else _show(result, console, args.dry_run)
     return EXIT_FAILED if result["refused"] else EXIT_OK
 
@@ -171,6 +186,10 @@ def _actor() -> str:
 
 
 def _show(result: dict, console: Console, dry_run: bool) -> None:
+    if result.get("lock_holder"):
+        console.print(f"another sweep pass holds the store's lock ({_p(result['lock_holder'])}): nothing done",
+                      **PLAIN)
+        return
     for s in result["settled"]:
         console.print(f"{_p(s['node'])}: {_p(s['run_id'])}: {_p(s['outcome'])}: {_p(s['why'])}", **PLAIN)
     verb = "would submit" if dry_run else "submitted"

@@ -71,6 +71,22 @@ def test_the_pass_needs_a_store_the_nodes_share(tmp_path, capsys):
     assert not (tmp_path / "s.sqlite").exists()
 
 
+def test_one_pass_at_a_time(tmp_path, capsys, pg):
+    """Another pass holds the store's lock: this one does nothing, not even ask Slurm (there is
+    none here: asking would exit 2), and says who holds it."""
+    from preflight.app.store_cli import open_store
+    from preflight.store import lifecycle as kept
+    from preflight.store.location import parse
+
+    url = pg.create_database("sweep_lock")
+    with open_store(parse(url), create=True) as store:
+        assert kept.take_lock(store, "sweep", "ctl01:4242", 600)
+    site = tmp_path / "sweep.yaml"
+    site.write_text("format: preflight-sweep/1\npartition: sweep\n")
+    assert main(["sweep", "--slurm", "--site", str(site), "--db", url]) == 0
+    assert "another sweep pass holds the store's lock (ctl01:4242): nothing done" in capsys.readouterr().out
+
+
 def test_a_bad_site_file_exits_2_naming_file_and_field(tmp_path, capsys):
     site = tmp_path / "sweep.yaml"
     site.write_text("format: preflight-sweep/1\npartition: sweep\nmax_share: 2\n")
