@@ -23,6 +23,7 @@ from preflight.app import (
     collective_options,
     dcgm_options,
     drain_cli,
+    extras,
     fabric_cli,
     healthcheck,
     lifecycle_cli,
@@ -381,6 +382,7 @@ def _is_soak_dir(path: Path) -> bool:
 
 def _analyze_soak(soak_dir: Path, out: Path, args):
     """A preflight-soak/1 directory: judged by the soak analysis, reported like a bundle."""
+    extras.require_analysis("analyze of a soak directory")
     # pandas, behind the soak's data and analysis, loads only for a soak directory.
     from preflight.soak.data import SoakDataError
 
