@@ -35,6 +35,7 @@ from preflight.app import (
     targets,
 )
 from preflight.app.errors import INPUT_ERRORS, UsageError
+from preflight.app.parser import Parser
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
 from preflight.app.run import RunRequest, execute, probes_for
@@ -63,6 +64,9 @@ from preflight.report.history import digest as history_digest
 _positive = positive
 
 
+# --help's description: the module docstring above is for readers of the code.
+DESCRIPTION = ("Health checks for GPU cluster nodes before they serve traffic: probes over SSH or Slurm, "
+               "evidence, verdicts, causes and actions. `preflight COMMAND --help` for each command.")
 LISTING_NOTE = ("On a terminal, one entry per paragraph; piped, one record per line, tab-separated "
                 "and never wrapped; --json for every field.")
 
@@ -113,7 +117,9 @@ def _report_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="preflight", description=__doc__.splitlines()[0])
+    parser = Parser(prog="preflight", description=DESCRIPTION, epilog=options.examples(
+        "preflight run --hosts hosts.txt", "preflight analyze examples/h200-fleet",
+        "preflight explain nic-fw-driver-mismatch"))
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -152,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common_analysis_options(an)
     soak_cli.add_slo_options(an.add_argument_group("a soak directory's serving SLOs"))
 
-    mg = sub.add_parser("merge", help="one bundle and report from per-node runs (srun preflight run --local ...)")
+    mg = sub.add_parser("merge", help="one bundle and report from per-node runs (srun preflight run --local ...)",
+                        epilog=options.examples("preflight merge reports/node-runs --expect gpu[001-064]",
+                                                "preflight merge reports/<run-a> reports/<run-b> --run-id merged"))
     mg.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
                     help="a bundle, a run directory, or a directory of run directories")
     mg.add_argument("--expect", metavar="NODELIST",
@@ -161,7 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common_analysis_options(mg)
 
     bl = sub.add_parser("baseline", help="a site profile (median and spread per figure) from known-good runs, "
-                                         "for figures NVIDIA does not publish; judge later runs with --profile-file")
+                                         "for figures NVIDIA does not publish; judge later runs with --profile-file",
+                        epilog=options.examples(
+                            "preflight baseline reports/<run-a> reports/<run-b> reports/<run-c> --out site.yaml",
+                            "preflight baseline reports/<fleet-run-id> --from-fleet --out site.yaml",
+                            "preflight baseline reports/<run-a> reports/<run-b> --profile hgx-h200"))
     bl.add_argument("runs", nargs="+", metavar="RUN", type=Path,
                     help="run directories or bundles of known-good nodes (every host must PASS the figure's check)")
     bl.add_argument("--from-fleet", action="store_true",
@@ -175,7 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="extra or overriding platform profile YAML (repeatable)")
 
     hc = sub.add_parser("healthcheck", help="for slurm.conf HealthCheckProgram: static checks of this node; "
-                                            "drains it on FAIL, resumes only preflight's own drains")
+                                            "drains it on FAIL, resumes only preflight's own drains",
+                        epilog=options.examples("preflight healthcheck",
+                                                "preflight healthcheck --no-drain --budget 30 -q",
+                                                "preflight healthcheck --db postgresql://preflight@db01/preflight"))
     hc.add_argument("--budget", type=_positive(float), default=60.0, metavar="SECONDS",
                     help="the whole check's time budget (default 60; probes get a third each, at most 30 s)")
     hc.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: $SLURMD_NODENAME, else the "
@@ -192,7 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     store_cli.add_options(hc)
 
     pl = sub.add_parser("prolog", help="for slurm.conf Prolog: the fast static checks of this node, in seconds; "
-                                       "exit 1 on FAIL (Slurm then drains the node and requeues the job)")
+                                       "exit 1 on FAIL (Slurm then drains the node and requeues the job)",
+                        epilog=options.examples("preflight prolog",
+                                                "preflight prolog --budget 5 --checks gpu-inventory,ib-port-down"))
     pl.add_argument("--budget", type=_positive(float), default=prolog.DEFAULT_BUDGET_S, metavar="SECONDS",
                     help=f"the whole check's time budget (default {prolog.DEFAULT_BUDGET_S:g})")
     pl.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: $SLURMD_NODENAME, else the "
@@ -212,22 +229,27 @@ def build_parser() -> argparse.ArgumentParser:
     lifecycle_cli.add_parser(sub)
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need",
-                        description=LISTING_NOTE)
+                        description=LISTING_NOTE, epilog=options.examples(
+                            "preflight checks", "preflight checks --json", "preflight checks --checks-dir site-checks"))
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[],
                     help="also load checks from the *.py files in DIR (repeatable)")
     ch.add_argument("--json", action="store_true", help="one JSON list of the checks")
     fa = sub.add_parser("facts", help="list the parsed facts a check can read, with their probes",
-                        description=LISTING_NOTE)
+                        description=LISTING_NOTE, epilog=options.examples("preflight facts", "preflight facts --json"))
     fa.add_argument("--json", action="store_true", help="one JSON list of the facts")
 
-    ex = sub.add_parser("explain", help="what a cause means, what points to it, what to do")
+    ex = sub.add_parser("explain", help="what a cause means, what points to it, what to do",
+                        epilog=options.examples("preflight explain nic-fw-driver-mismatch", "preflight explain --list",
+                                                "preflight explain nvlink-down --json"))
     ex.add_argument("cause", nargs="?", help="a cause id, e.g. nic-fw-driver-mismatch")
     ex.add_argument("--list", action="store_true", help="list every cause id with its title")
     ex.add_argument("--json", action="store_true",
                     help="the cause (or, with --list, every cause) as JSON: meaning, evidence, actions, "
                          "references and what points to it")
 
-    df = sub.add_parser("diff", help="what got worse or better between two runs (exit 1 if anything got worse)")
+    df = sub.add_parser("diff", help="what got worse or better between two runs (exit 1 if anything got worse)",
+                        epilog=options.examples("preflight diff reports/<earlier-run-id> reports/<run-id>",
+                                                "preflight diff old/report.json new/report.json"))
     df.add_argument("old", type=Path, help="the earlier run directory or its report.json")
     df.add_argument("new", type=Path, help="the later run directory or its report.json")
 
