@@ -26,6 +26,7 @@ from preflight.app import (
     extras,
     fabric_cli,
     healthcheck,
+    interrupt,
     lifecycle_cli,
     listing_cli,
     options,
@@ -364,6 +365,10 @@ def analyze_saved(args):
     """``analyze`` without the terminal: judge the saved bundle, write the reports; return the
     report directory and the analysis (shared with the pytest plugin)."""
 
+    if not args.bundle.exists():
+        raise UsageError(f"{args.bundle}: does not exist")
+    if not args.bundle.is_dir():
+        raise UsageError(f"{args.bundle}: not a directory (a bundle, a run directory or a soak directory)")
     root = _bundle_root(args.bundle)
     run_id = "analyze-" + new_run_id(local_host_name())
     out = targets.out_dir_of(args) / run_id
@@ -582,14 +587,26 @@ def main(argv: list[str] | None = None) -> int:
                 "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume,
                 "prolog": cmd_prolog, "history": store_cli.cmd_history,
                 "lifecycle": lifecycle_cli.cmd_lifecycle}
+    previous = interrupt.install()
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:
         err.print(f"preflight: error: {exc}", highlight=False, markup=False)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        err.print("preflight: interrupted; the evidence saved so far is in the run's bundle/ directory")
+    except KeyboardInterrupt as exc:
+        kept = getattr(exc, "kept", None)
+        err.print("preflight: interrupted; the evidence saved so far is kept in "
+                  + (f"{kept}" if kept else "the run's bundle/ directory"), highlight=False, markup=False)
+        if argv is None:
+            # The program itself, not a caller's function: out now, without waiting at exit for
+            # the probes still running (up to their timeout, with SIGINT ignored meanwhile); each
+            # record already saved is a whole file (preflight.evidence.atomic).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
+    finally:
+        interrupt.restore(previous)
 
 
 if __name__ == "__main__":
