@@ -222,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", type=Path, default=Path("/var/lib/preflight/prolog"), metavar="DIR",
                     help=f"where the node keeps its last {healthcheck.KEEP} prolog reports "
                          "(default /var/lib/preflight/prolog)")
+    pl.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     store_cli.add_options(pl)
 
     fabric_cli.add_parser(sub, _report_options, store_cli.add_options)
@@ -554,7 +555,11 @@ def cmd_prolog(args, console: Console) -> int:
         probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, drain=False,
         mode="prolog")
     store_cli.record_report(store, run_dir, console)
-    return prolog.exit_code(next(iter(analysis.hosts.values())).status)
+    code = prolog.exit_code(next(iter(analysis.hosts.values())).status)
+    if not args.quiet:
+        terminal.show(analysis, console, str(run_dir))
+        console.print(prolog.summary(analysis, code), highlight=False, markup=False)
+    return code
 
 
 def cmd_diff(args, console: Console) -> int:
