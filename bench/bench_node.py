@@ -64,7 +64,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, -(-len(ordered) * q // 100) - 1))]
 
 
-def bench_command(command: str, runs: int, env: dict, work: Path, node: str | None) -> None:
+def bench_command(command: str, runs: int, env: dict, work: Path, node: str | None, keep: Path | None) -> None:
     out = work / command
     one_run(command, env, out, node)  # untimed
     walls, rss, codes = [], [], set()
@@ -72,6 +72,10 @@ def bench_command(command: str, runs: int, env: dict, work: Path, node: str | No
         wall, kib, code = one_run(command, env, out, node)
         walls.append(wall)
         codes.add(code)
+        if code and keep:  # a healthy node that did not pass: keep the run to read why
+            newest = max(out.iterdir(), key=lambda p: p.stat().st_mtime)
+            shutil.copytree(newest, keep / newest.name, dirs_exist_ok=True)
+            print(f"{command}: exit {code} after {wall:.1f} s; kept {keep / newest.name}", flush=True)
         if kib is not None:
             rss.append(kib)
     line = (f"{command}: {runs} runs, wall p50 {percentile(walls, 50):.3f} s, p99 {percentile(walls, 99):.3f} s, "
@@ -109,6 +113,7 @@ def main() -> int:
     ap.add_argument("--local", action="store_true", help="this node's own tools (a real GPU node)")
     ap.add_argument("--commands", default="healthcheck,prolog")
     ap.add_argument("--sizes", action="store_true", help="also the install sizes, core against [analysis]")
+    ap.add_argument("--keep", type=Path, help="copy here the runs that did not exit 0")
     args = ap.parse_args()
     print(f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{'--local' if args.local else 'the example gpu001 (shims)'}; {time.strftime('%Y-%m-%d %H:%M %Z')}")
@@ -120,7 +125,7 @@ def main() -> int:
             env["PATH"] = f"{example_shims(work)}{os.pathsep}{env['PATH']}"
             node = "gpu001"
         for command in args.commands.split(","):
-            bench_command(command, args.runs, env, work, node)
+            bench_command(command, args.runs, env, work, node, args.keep)
         if args.sizes:
             install_sizes(work)
     return 0

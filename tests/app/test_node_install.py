@@ -121,3 +121,14 @@ def test_a_soak_without_the_extra_is_refused_before_it_starts(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "preflight soak needs pandas, numpy, matplotlib" in proc.stderr and "[analysis]" in proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
+
+
+def test_the_readme_first_command_needs_only_the_core(tmp_path):
+    # README's set-up: `pip install . && preflight analyze examples/h200-fleet`, the report.html included.
+    out = tmp_path / "reports"
+    proc, tried = node_run(["-m", "preflight", "analyze", str(ROOT / "examples" / "h200-fleet"), "-q", "--no-db",
+                            "--out", str(out)], tmp_path)
+    assert proc.returncode == 1, proc.stderr  # the example's four faults
+    assert tried == set()
+    (run,) = out.iterdir()
+    assert (run / "report.html").is_file()
