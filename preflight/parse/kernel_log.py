@@ -59,6 +59,10 @@ class KernelLog:
     events: tuple[KernelEvent, ...]
     line_count: int
     notes: tuple[str, ...] = ()
+    # The timestamps of the log's first and last lines that carry one, as printed: the span a
+    # rate of events is counted over.
+    first_timestamp: str | None = None
+    last_timestamp: str | None = None
 
     def of_kind(self, *kinds: str) -> tuple[KernelEvent, ...]:
         return tuple(e for e in self.events if e.kind in kinds)
@@ -73,6 +77,7 @@ _FACILITY = re.compile(
     r"(?:emerg|alert|crit|err|warn|warning|notice|info|debug)\s*:\s*")
 _TIMESTAMPS = (
     re.compile(r"\[(?P<ts>\s*[0-9]+\.[0-9]+)\]:?\s*"),
+    re.compile(r"\[(?P<ts>\s*\+[0-9]+\.[0-9]+)\]:?\s*"),  # dmesg -H: time since the line before
     re.compile(r"\[(?P<ts>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) " + _MONTH
                + r"\s+[0-9]{1,2} [0-9][0-9]:[0-9][0-9]:[0-9][0-9] [0-9]{4})\]:?\s*"),
     re.compile(r"\[(?P<ts>" + _ISO + r")\]:?\s*"),
@@ -249,6 +254,8 @@ def parse_kernel_log(text: str) -> KernelLog:
         base: dict[str, object] = {}
         if origin:
             base = {k: v for k, v in origin.groupdict().items() if v is not None}
+        if base.get("device") and values.get("device") not in (None, base["device"]):
+            values["origin"] = base["device"]
         values = {**base, **values}
         driver = values.get("driver")
 
@@ -283,4 +290,8 @@ def parse_kernel_log(text: str) -> KernelLog:
     if suppressed:
         notes.append(f"the kernel rate-limited at least {suppressed} messages; "
                      "counts of repeated events are lower bounds")
-    return KernelLog(events=tuple(events), line_count=len(lines), notes=tuple(notes))
+    stamped = (_split_prefix(line).timestamp for line in lines if line.strip())
+    first = next(filter(None, stamped), None)
+    last = next(filter(None, (_split_prefix(line).timestamp for line in reversed(lines) if line.strip())), None)
+    return KernelLog(events=tuple(events), line_count=len(lines), notes=tuple(notes),
+                     first_timestamp=first, last_timestamp=last)

@@ -14,7 +14,17 @@ NVIDIA GPU and NVSwitch
 - ``gpu-fallen-off-bus``: the NVRM fallen-off-the-bus message that is not an Xid line, one-line
   or the three-line ``The NVIDIA GPU <bdf>`` / ``installed in this system has`` / ``fallen off
   the bus and is not responding to commands.`` form (device taken from the first line).
-- ``gpu-init-failed``: ``RmInitAdapter failed!``.
+- ``gpu-init-failed``: ``NVRM: GPU <bdf>: RmInitAdapter failed! (0x62:0x65:1792)`` with its
+  ``rm_init_adapter failed, device minor number N`` line; ``detail`` is the code triple.
+- ``gsp-init-failed``: ``RmInitAdapter: Cannot initialize GSP firmware RM`` (names no GPU).
+- ``gpu-attach-failed``: ``osInitNvMapping: *** Cannot attach gpu`` (names no GPU).
+- ``gpu-unsupported``: ``The NVIDIA GPU <bdf> (PCI ID: ...)`` / ``installed in this system is not
+  supported by open nvidia.ko ...`` (or ``by the 280.13 NVIDIA Linux`` driver release).
+- ``fsp-boot-failed``: ``kfspPollForQueueEmpty: Timed out waiting for FSP command queue`` or a
+  check failure ``returned from kfspSendBootCommands_HAL``, with the ``kfsp...`` dump lines;
+  ``device`` from the dump's ``kfspDumpDebugState_GH100: GPU <bdf>`` line.
+- ``gsp-heartbeat-timeout``: ``NVRM: GPU0 _kgspIsHeartbeatTimedOut: Heartbeat timed out, ...``
+  and ``_kgspRpcRecvPoll: GSP RM heartbeat timed out``; ``device`` is ``GPU<n>``.
 - ``gsp-timeout``: the ``*** GSP Timeout ***`` banner or "Timeout ... waiting for RPC ... GSP"
   outside an Xid line.
 - ``gsp-rpc-dump``: the RPC history tables the driver dumps after a GSP RPC timeout or failed RPC
@@ -52,8 +62,18 @@ PCIe and platform
 - ``pcie-bandwidth-limited``: ``... Gb/s available PCIe bandwidth, limited by 16.0 GT/s PCIe x16
   link at <bdf> (capable of ... with 32.0 GT/s PCIe x16 link)``; see ``KernelEvent.pcie``.
 - ``aer``: native AER ``AER: Corrected error received: <bdf>`` / ``... error message received
-  from <bdf>``, with the following ``PCIe Bus Error: severity=..., type=...`` line folded in.
-- ``pcie-dpc``: ``DPC: containment event`` (downstream port containment took a link down).
+  from <bdf>`` / ``... received: id=00e5`` (older kernels); ``severity`` as printed, ``device``
+  the error's source, ``origin`` the port that received it. The lines that follow are events of
+  their own, grouped by ``pcie_incidents.py``: ``aer-bus-error`` (``PCIe Bus Error:
+  severity=..., type=...``; ``device`` is the device that logged the error), ``aer-status``
+  (``device [10de:2330] error status/mask=00004020/00000000``: ``pci_id``, and the registers in
+  ``detail``, whose set bits name the errors: CmpltTO, RxErr, ...), ``aer-no-recovery`` (``AER:
+  can't recover (no error_detected callback)``: that device's driver has no error handler) and
+  ``aer-recovery`` (``AER: device recovery failed`` / ``successful``, ``detail`` says which).
+- ``pcie-dpc``: ``DPC: containment event, status:0x1f01 source:0x0000`` (or ``, ERR_FATAL
+  received from <bdf>``): downstream port containment took a link down.
+- ``pcie-link-down`` / ``pcie-card-removed``: pciehp ``Slot(N): Link Down`` / ``Slot(N): Card
+  not present`` (a surprise removal); ``Link Down/Up ignored (recovered by DPC)`` is not one.
 - ``ghes``: a firmware-first ``[Hardware Error]`` record (APEI GHES); ``severity``, ``detail``
   (the section type) and ``device`` come from the record's following lines.
 - ``mce``: ``mce: [Hardware Error]: ...`` (consecutive lines are one event).
@@ -119,6 +139,10 @@ class KernelEvent:
     recovery_action: str | None = None  # Xid 154: the new action, e.g. "GPU Reset Required"
     version: str | None = None  # mlx5 firmware or NVIDIA driver version the line reports
     pcie: PcieLimit | None = None
+    # The device whose driver printed the line ("pcieport 0000:00:03.1: AER: ... received from
+    # 0000:03:00.0") where the message itself names another one (``device``).
+    origin: str | None = None
+    pci_id: str | None = None  # vendor:device as the kernel printed it, "10de:2330"
 
 
 @dataclass(frozen=True)
@@ -183,8 +207,29 @@ SIGNATURES: tuple[Signature, ...] = (
          "first line of a multi-line NVRM message naming the GPU", role=_CONTEXT),
     _sig("nvrm-gpu", r"NVRM: GPU at PCI:(?P<device><NVPCI>): GPU-",
          "the GPU UUID line NVRM prints ahead of an error report", role=_CONTEXT),
-    _sig("gpu-init-failed", r"NVRM: (?:GPU (?P<device><NVPCI>): )?RmInitAdapter failed",
-         "the driver could not initialise the GPU"),
+    _sig("gpu-init-failed",
+         r"NVRM: (?:GPU (?P<device><NVPCI>): )?RmInitAdapter failed!?(?: \((?P<detail>[0-9a-fA-Fx:]+)\))?",
+         "the driver could not initialise the GPU; the code triple says where init stopped"),
+    _sig("gpu-init-failed", r"NVRM: GPU (?P<device><NVPCI>): rm_init_adapter failed, device minor number",
+         "the same failure as the kernel interface reports it", role=_MORE),
+    _sig("gsp-init-failed", r"RmInitAdapter: Cannot initialize GSP firmware RM",
+         "the driver could not start the GSP firmware while initialising the GPU"),
+    _sig("gpu-attach-failed", r"osInitNvMapping: \*\*\* Cannot attach gpu",
+         "the driver could not map the GPU it was asked to initialise"),
+    _sig("gpu-unsupported", r"NVRM: (?:installed )?in this system is not supported by",
+         "the installed driver does not support this GPU (open module without GSP, or a legacy GPU)"),
+    _sig("nvrm-gpu", r"NVRM: kfspDumpDebugState\w*: GPU (?P<device><NVPCI>)\s*$",
+         "the GPU the FSP debug dump is about", role=_CONTEXT),
+    _sig("fsp-boot-failed", r"kfspPollForQueueEmpty\w*: Timed out waiting for FSP command queue",
+         "the GPU's FSP (the boot security processor) did not take the driver's boot commands"),
+    _sig("fsp-boot-failed", r"returned from kfspSendBootCommands",
+         "the driver's FSP boot commands failed"),
+    _sig("fsp-boot-failed", r"NVRM: kfsp\w+: ", "a line of the FSP boot report and debug dump", role=_MORE),
+    _sig("gsp-heartbeat-timeout",
+         r"NVRM: (?:(?P<device>GPU[0-9]+) )?_kgspIsHeartbeatTimedOut: Heartbeat timed out",
+         "the GSP firmware stopped updating its heartbeat"),
+    _sig("gsp-heartbeat-timeout", r"NVRM: (?:(?P<device>GPU[0-9]+) )?\w+: GSP RM heartbeat timed out",
+         "the driver gave up waiting on an RPC because the GSP heartbeat stopped", role=_MORE),
     _sig("gsp-timeout", r"\*{5,} GSP Timeout \*{5,}",
          "the GSP firmware stopped answering driver RPCs"),
     _sig("gsp-timeout",
@@ -263,10 +308,25 @@ SIGNATURES: tuple[Signature, ...] = (
          r"AER: (?:Multiple )?(?P<severity>(?:Un)?[Cc]orrect(?:ed|able)(?: \((?:Non-)?Fatal\))?) "
          r"error (?:message )?received(?::| from) (?:(?P<device><BDF>)|id=)",
          "a PCIe Advanced Error Reporting message"),
-    _sig("aer", r"PCIe Bus Error: severity=(?P<severity>[^,]+), type=(?P<detail>[^,]+)",
-         "the error class of that AER message", role=_MORE),
-    _sig("pcie-dpc", r"DPC: containment event",
+    _sig("aer-bus-error", r"PCIe Bus Error: severity=(?P<severity>[^,]+), type=(?P<detail>[^,]+)",
+         "the severity and layer of an AER error, printed by (or for) the device that logged it"),
+    _sig("aer-status",
+         r"device \[(?P<pci_id>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\] error status/mask="
+         r"(?P<detail>[0-9a-fA-F]{8}/[0-9a-fA-F]{8})",
+         "that device's vendor:device id and its AER status and mask registers"),
+    _sig("aer-recovery", r"AER: [Dd]evice recovery (?P<detail>failed|successful)",
+         "the outcome of the kernel's recovery (reset) after an uncorrectable error"),
+    _sig("aer-no-recovery", r"AER: can't recover \(no error_detected callback\)",
+         "the device's driver has no PCIe error handler, so the device cannot be recovered"),
+    _sig("aer-no-recovery", r"device has no AER-aware driver",
+         "the device's driver has no PCIe error handler (older kernels)"),
+    _sig("pcie-dpc",
+         r"DPC:? containment event, status:(?P<detail>0x[0-9a-fA-F]+)(?:,? \w+ received from (?P<device><BDF>))?",
          "downstream port containment took a PCIe link down"),
+    _sig("pcie-link-down", r"pciehp: Slot\((?P<detail>[^)]*)\): Link Down\s*$",
+         "the hot-plug port saw the link to its device go down"),
+    _sig("pcie-card-removed", r"pciehp: Slot\((?P<detail>[^)]*)\): Card not present",
+         "the hot-plug port no longer sees a device in its slot (surprise removal)"),
     _sig("ghes",
          r"^(?:\{[0-9]+\})?\[Hardware Error\]: Hardware error from APEI Generic Hardware Error Source",
          "a hardware error record reported by the platform firmware"),

@@ -143,8 +143,11 @@ def test_bare_xid45_is_an_aborted_application_reported_as_info():
 def test_gsp_rpc_history_dump_fails_as_a_gsp_error():
     [f] = xid(log("gsp-timeout-rpc-history-table-gpu6.txt"))
     assert (f.status, f.symptoms) == (Status.FAIL, ("gpu-gsp-error",))
-    assert f.summary.startswith("Xid 119 GSP_RPC_TIMEOUT on GPU6, 1 line (driver message without an Xid line)")
-    assert "(RESET_GPU)" in f.action
+    # The log prints no Xid 119: the dump is named as what it is, never as an Xid (issue 33).
+    assert f.summary == ("GSP RPC history dump (after a GSP RPC timeout or failure) on GPU6, 1 line "
+                         "(driver message without an Xid line)")
+    assert "xid-119" not in f.symptoms and f.data["fault"] == "gsp" and "code" not in f.data
+    assert "no Xid was printed" in f.action and "(RESET_GPU)" in f.action
 
 
 def test_gsp_core_dump_with_talos_prefix_fails():
