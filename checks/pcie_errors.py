@@ -24,10 +24,12 @@ Verdicts, per incident:
   successful`` for it, which is reported and passes: the device came back and is not an
   accelerator this tool judges.
 - corrected errors, by rate: per port, the count over the log's span (its first and last
-  timestamps) in hours, and at least one hour, so that three errors in a short excerpt are not
-  a "stream" of thousands an hour. ``CORRECTED_PER_HOUR`` and ``CORRECTED_MIN`` or more -> WARN
-  ``pcie-correctable-errors``; fewer is reported and passes. The kernel ratelimits correctable
-  messages (10 per 5 s per device), so a flood reads as at least that count.
+  timestamps; at least ``MIN_SPAN_S``, so a burst within a millisecond is not divided by zero).
+  ``CORRECTED_MIN`` or more errors at ``CORRECTED_PER_HOUR`` or faster -> WARN
+  ``pcie-correctable-errors``; a handful (fewer than ``CORRECTED_MIN``), or a slower trickle, is
+  reported and passes. The kernel ratelimits correctable messages (10 per 5 s per device), so a
+  flood reads as at least that count. A log without timestamps gives no rate: then the count
+  alone decides.
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ EVIDENCE_LINES = 8
 # boot and far below the 7,200 an hour the kernel's ratelimit lets through per device.
 CORRECTED_PER_HOUR = 60.0
 CORRECTED_MIN = 10
+MIN_SPAN_S = 60.0
 EMPTY_JOURNAL = "journalctl reported no entries"
 
 
-@host_check("pcie-errors", facts=["kernel_log"],
+@host_check("pcie-errors", facts=["kernel_log", "smi", "lspci"],
             summary="PCIe AER errors, containment, surprise removal and failed recovery in the kernel log")
 def pcie_errors(host):
     log = host.kernel_log
@@ -87,17 +90,17 @@ def pcie_errors(host):
 
 
 def _cause(incident: PcieIncident, known: dict[str, str]) -> str | None:
-    """The cause an incident fails the node with, or None when it passes (corrected, or an
-    uncorrectable error on a non-accelerator the kernel recovered)."""
+    """The cause an incident fails the node with, or None when it passes (corrected errors, or
+    an uncorrectable error on a non-accelerator the kernel recovered)."""
     if incident.recovery == "failed":
         return "pcie-recovery-failed"
-    if not (incident.uncorrectable or incident.link_lost) and incident.kind != "partial":
+    if incident.severity == "corrected" and not incident.link_lost:
         return None
+    # "can't recover" is printed only for an uncorrectable error, whatever the log kept of it.
+    serious = incident.uncorrectable or incident.link_lost or bool(incident.unrecoverable)
     accelerator = any(role_of(known, d) != DEVICE for d in incident.devices)
-    if not accelerator and incident.recovery == "successful":
+    if not serious or (not accelerator and incident.recovery == "successful"):
         return None
-    if incident.kind == "partial" and not incident.unrecoverable and not accelerator:
-        return None  # only the tail of a report whose start the log lost, naming nothing judged
     return "pcie-link-lost" if incident.link_lost else "pcie-uncorrectable-error"
 
 
@@ -157,11 +160,12 @@ def _failure(cause: str, items: list[PcieIncident], known: dict[str, str], lines
     described = [_describe(i, known) for i in items[:4]]
     more = f"; and {len(items) - 4} more" if len(items) > 4 else ""
     devices = list(dict.fromkeys(d for i in items for d in i.devices))
+    drivers = {d: name for i in items for d, name in i.drivers.items()}
     data = {"incidents": len(items), "devices": devices,
             "errors": sorted({e for i in items for e in i.errors})}
     return fail(f"{_TITLES[cause]}: {'; '.join(described)}{more}", symptoms=[cause],
                 evidence=[_evidence(items, lines)], data=data,
-                action=f"{', '.join(_name(known, d) for d in devices[:4])}: {_ACTIONS[cause]}")
+                action=f"{', '.join(_name(known, d, drivers) for d in devices[:4])}: {_ACTIONS[cause]}")
 
 
 def _corrected_warning(stream: dict[str, list[PcieIncident]], hours: float | None, known, lines, notes):
@@ -190,21 +194,21 @@ def _span_hours(log) -> float | None:
     return (last - first) / 3600
 
 
-def _per_hour(count: int, hours: float | None) -> float:
-    # At least an hour: a short excerpt's few errors are not extrapolated into a stream.
-    return count / max(hours or 0.0, 1.0)
+def _per_hour(count: int, hours: float) -> float:
+    return count / max(hours, MIN_SPAN_S / 3600)
 
 
 def _is_stream(count: int, hours: float | None) -> bool:
-    return count >= CORRECTED_MIN and _per_hour(count, hours) >= CORRECTED_PER_HOUR
+    if count < CORRECTED_MIN:
+        return False  # a handful, however close together
+    return hours is None or _per_hour(count, hours) >= CORRECTED_PER_HOUR
 
 
 def _rate(count: int, hours: float | None) -> str:
     if hours is None:
         return "the log's timestamps give no time span"
-    if hours >= 1:
-        return f"{_per_hour(count, hours):.1f} an hour over {hours:.2f} h of log"
-    return f"{count} in {hours * 3600:.0f} s of log, counted over at least an hour"
+    span = f"{hours:.2f} h" if hours >= 1 else f"{hours * 3600:.3g} s"
+    return f"{_per_hour(count, hours):,.0f} an hour over {span} of log"
 
 
 def _evidence(items: list[PcieIncident], lines: list[str]) -> Evidence:

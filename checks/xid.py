@@ -49,6 +49,7 @@ from ._gpu_driver_messages import (
     related_xid,
     with_devices,
 )
+from ._pci_roles import address_key
 
 PROBE = "kernel-log"
 TEARDOWN = 45  # Xid 45: channel torn down, possibly "caused by previous Xid N"
@@ -78,7 +79,11 @@ class _Group:
         return [e for e in self.events if e.kind != "xid"]
 
     def devices(self) -> str:
-        seen = list(dict.fromkeys(e.device or "unknown device" for e in self.events))
+        # One GPU printed two ways ("0000:01:00" by a dump, "0000:01:00.0" by RmInitAdapter) is one.
+        forms: dict[str, str] = {}
+        for e in self.events:
+            forms.setdefault(address_key(e.device) or e.device or "unknown device", e.device or "unknown device")
+        seen = list(forms.values())
         more = f" and {len(seen) - 4} more" if len(seen) > 4 else ""
         return ", ".join(seen[:4]) + more
 
