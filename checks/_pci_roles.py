@@ -18,6 +18,8 @@ _ADDRESS = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2}
 _GPU_DEVICE = re.compile(r"(?:3D|VGA compatible) controller: NVIDIA")
 _NIC_DEVICE = re.compile(r"(?:Ethernet|Infiniband|Network) controller: Mellanox")
 _SWITCH_DEVICE = re.compile(r"^Bridge: NVIDIA")
+# PCI vendor ids (the PCI-SIG registry as pciutils' pci.ids lists it): NVIDIA 10de, Mellanox 15b3.
+_VENDORS = {"10de": GPU, "15b3": NIC}
 # Driver names as the kernel prints them in front of a device's lines.
 _DRIVERS = ((GPU, re.compile(r"^nvidia$")), (SWITCH, re.compile(r"^nvidia-nvswitch")), (NIC, re.compile(r"^mlx5")))
 
@@ -59,6 +61,10 @@ def roles(host, kernel_log) -> dict[str, str]:
         for role, driver in _DRIVERS:
             if printer and e.driver and driver.search(e.driver):
                 found.setdefault(printer, role)
+        # An AER status line printed by the device itself (not a port) carries its vendor id.
+        vendor = (e.pci_id or "").partition(":")[0].lower()
+        if printer and e.driver != "pcieport" and vendor in _VENDORS:
+            found.setdefault(printer, _VENDORS[vendor])
     return found
 
 

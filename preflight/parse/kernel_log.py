@@ -4,7 +4,8 @@ Input is the probe ``kernel-log``: the kernel ring buffer as printed by ``dmesg`
 ``journalctl -k``, whole or as an excerpt (``dmesg | grep ...``). Each line may carry a prefix,
 which is stripped before matching; the timestamp text and the host are kept:
 
-- plain dmesg ``[12345.678901] ``; ``dmesg -T`` ``[Sun Nov 29 10:00:00 2026] ``;
+- plain dmesg ``[12345.678901] ``; ``dmesg -H`` deltas ``[  +0.000844] ``;
+  ``dmesg -T`` ``[Sun Nov 29 10:00:00 2026] ``;
   ``dmesg --time-format iso`` ``2026-11-29T10:00:00,123456+00:00 ``;
   ``dmesg -x`` facility/level ``kern  :warn  : ``; ``dmesg -r`` priority ``<4>``
 - journald / syslog ``Nov 29 10:00:00 host kernel: `` and

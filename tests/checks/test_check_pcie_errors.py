@@ -94,3 +94,13 @@ def test_empty_journal_skips_and_missing_log_is_not_applicable():
                     stderr="dmesg: read kernel buffer failed: Operation not permitted")
     [f] = run_check("pcie-errors", make_host({"kernel-log": denied}))
     assert f.status is Status.ERROR
+
+
+def test_older_kernel_wording_is_read_the_same():
+    # ROCm/legacy-rocm-build#32 (kernel 4.4): "received: id=00e4", "device has no AER-aware driver",
+    # "AER: Device recovery failed". The device is an AMD GPU, not one this tool judges: a failed
+    # recovery fails the node whatever the device.
+    [f] = check("aer-fatal-malformed-tlp-old-kernel-id-format-device-recovery-failed.txt")
+    assert (f.status, f.symptoms) == (Status.FAIL, ("pcie-recovery-failed",))
+    assert ("uncorrectable (fatal) AER error at 0000:00:1c.4 (0000:06:00.0 (amdgpu), 0000:06:00.1 (snd_hda_intel) "
+            "below it): MalfTLP; no error handler in amdgpu, snd_hda_intel") in f.summary
