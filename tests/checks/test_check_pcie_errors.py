@@ -104,3 +104,11 @@ def test_older_kernel_wording_is_read_the_same():
     assert (f.status, f.symptoms) == (Status.FAIL, ("pcie-recovery-failed",))
     assert ("uncorrectable (fatal) AER error at 0000:00:1c.4 (0000:06:00.0 (amdgpu), 0000:06:00.1 (snd_hda_intel) "
             "below it): MalfTLP; no error handler in amdgpu, snd_hda_intel") in f.summary
+
+
+def test_a_contained_error_the_kernel_recovered_on_a_non_gpu_device_passes():
+    # linux-pci cover letter (Message-Id 20251015024159.56414-1-xueshuai@linux.alibaba.com): DPC
+    # contained an ERR_FATAL from an NVMe, pciehp ignored the link flap, recovery succeeded.
+    [f] = check("dpc-err-fatal-received-link-down-up-ignored-recovery-successful.txt")
+    assert f.status is Status.PASS
+    assert ("DPC containment at 0015:00:00.0 (0015:01:00.0 below it): recovery successful" in f.summary)

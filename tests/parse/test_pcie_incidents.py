@@ -106,3 +106,11 @@ def test_unsupported_gpu_in_journalctl_multiline_form():
 def test_cannot_attach_gpu_lines():
     log = parse("cannot-attach-gpu-rminitadapter-failed-cmp40hx.txt")
     assert len(log.of_kind("gpu-attach-failed")) == 4 and len(log.of_kind("gpu-init-failed")) == 5
+
+
+def test_containment_names_the_source_and_an_ignored_link_flap_is_no_link_down():
+    log = parse("dpc-err-fatal-received-link-down-up-ignored-recovery-successful.txt")
+    assert not log.of_kind("pcie-link-down")  # "Link Down/Up ignored" is part of DPC's recovery
+    (only,) = incidents(log.events)
+    assert (only.kind, only.port, only.devices, only.recovery) == (
+        "containment", "0015:00:00.0", ("0015:00:00.0", "0015:01:00.0"), "successful")
