@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from preflight.judge import trends
 from preflight.judge.figures import FIGURES
 from preflight.model import HostHistory, PastRun
-from preflight.store import seek
+from preflight.store import precision, seek
 from preflight.store.db import Store, StoreError
 from preflight.store.rows import iso
 
@@ -283,7 +283,7 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
     for _, cause, _, _ in cause_hits:
         cause_failures[cause] += 1
     host_runs = sum(hosts for _, _, hosts, _ in groups)
-    nodes = seek.nodes_in(store, *w)
+    nodes, node_days = precision.nodes_and_days(store, *w)
     first = min((f for *_, f in groups), default=window.end)
     span_h = max(0.0, (window.end - first) / 3600)
     node_hours = (nodes or 0) * span_h
@@ -301,6 +301,7 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
                   # Any host-run may carry any cause: each cause's runs are all of them.
                   + trends.rates({c: host_runs for c in cause_failures}, cause_incidents, cause_failures, node_hours,
                                  "cause")),
+        "precision": precision.precision(store, *w, policy.returns_within_s, node_days),
     }
 
 
