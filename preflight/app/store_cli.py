@@ -244,8 +244,8 @@ def duration_of(text: str, option: str) -> float:
 def add_parser(sub) -> None:
     h = sub.add_parser(
         "history", help="what the store remembers: a node's timeline, the fleet's repeat offenders, flapping "
-                        "checks, degrading figures and failure rates; also `history import DIR...` and "
-                        "`history migrate`",
+                        "checks, degrading figures, failure rates and how often its drains were right; also "
+                        "`history import DIR...` and `history migrate`",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  preflight history gpu017 --since 14d\n  preflight history --fleet --json\n"
                "  preflight history --fleet --html fleet.html\n  preflight history import reports/\n"

@@ -16,7 +16,12 @@ from preflight.store.location import POSTGRES
 from preflight.store.seek import _chunks, _rows
 
 # The events a drain's outcome is read from; the rest (confirm, retest, refused) say nothing of it.
-KINDS = (*defs.DRAIN_KINDS, *defs.RESUME_KINDS, *defs.STEP_KINDS, "transition")
+KINDS = (*defs.DRAIN_KINDS, *defs.RESUME_KINDS, *defs.STEP_KINDS)
+# ... and of the lifecycle's transitions, those into drained or escalated (a failed retest, an
+# escalation) and a person's clear: the lifecycle writes each transition's reason as
+# "-> STATE: why" (lifecycle.machine), so the others (into remediating, retesting, resumed,
+# suspect) are left in the table rather than decoded here by the thousand.
+TRANSITIONS = ("-> drained:%", "-> escalated:%", defs.CLEARED + "%")
 _FAILING = "('fail', 'error')"
 
 
@@ -24,12 +29,13 @@ def events(store: Store, since: float, until: float) -> dict[str, list[Event]]:
     """node -> its drain-related events in the window, in the order they were recorded. One
     statement over pf_events, which holds a row per change of a node, not per run."""
     marks = ", ".join("?" for _ in KINDS)
+    moves = " OR ".join("reason LIKE ?" for _ in TRANSITIONS)
     out: dict[str, list[Event]] = defaultdict(list)
     for node, at, kind, reason, run_id, detail in _rows(
             store, f"SELECT node, at, kind, reason, run_id, detail FROM pf_events WHERE at >= ? AND at <= ? "
-                   f"AND kind IN ({marks}) ORDER BY node, at, id", (since, until, *KINDS)):
-        info = _detail(detail) if kind == "transition" else None
-        out[node].append(Event(at, kind, reason, run_id, info))
+                   f"AND (kind IN ({marks}) OR (kind = 'transition' AND ({moves}))) ORDER BY node, at, id",
+            (since, until, *KINDS, *TRANSITIONS)):
+        out[node].append(Event(at, kind, reason, run_id, _detail(detail) if kind == "transition" else None))
     return out
 
 
