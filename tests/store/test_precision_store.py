@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from runs import T0, report
 from test_fleet_html import CHROMIUM, FLAGS, console_lines
+from test_store_speed import fetched
 
 from preflight.app import healthcheck
 from preflight.app.cli import main
@@ -250,3 +251,26 @@ def test_the_precision_table_renders_in_headless_chromium(page, tmp_path):
     section = dom[dom.index('<section id="precision">'):]
     assert section.index("</table>") > section.index("<code>nvlink-down</code>") > 0
     assert "<code>gpu-ecc-uncorrectable</code>" in section and "<code>thermal-throttling</code>" in section
+
+
+def test_the_precision_reads_follow_the_drains_not_the_runs(store_url, monkeypatch):
+    """120 daily runs of four nodes, one drained and resumed in the last month: over 30 days and
+    over all 120 the precision reads the same rows (the passing runs are never fetched)."""
+    with Store.open(parse(store_url)) as store:
+        for d in range(120):
+            nodes = {f"gpu{i:02d}": {} for i in range(4)}
+            if d == 100:
+                nodes["gpu02"] = NVLINK
+            record(store, f"d{d:03d}", d - 100, nodes)
+            if d in (100, 101):
+                healthcheck_run(store, "gpu02", d - 100 + 0.5, NVLINK if d == 100 else {},
+                                drained_by_us=None if d == 100 else "preflight: nvlink-down healthcheck-gpu02-0.5")
+        end = reads.latest(store)
+        sizes = fetched(store, monkeypatch)
+        month = reads.precision(store, end - 30 * 86400, end)
+        read_month = sum(sizes)
+        sizes.clear()
+        year = reads.precision(store, 0, end)
+        read_year = sum(sizes)
+    assert month["drains"] == year["drains"] == 1 and month["unconfirmed"] == 1
+    assert read_year <= read_month, (read_month, read_year)
