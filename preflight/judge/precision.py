@@ -133,15 +133,19 @@ def escalated(d: Drain) -> bool:
 def retest_failed(d: Drain) -> bool:
     """The node failed again while drained: the lifecycle sent it back from remediating or
     retesting (a failed retest, or none within step_timeout_s, which the lifecycle counts as
-    failed), or a second drain event came while it was drained (a healthcheck that read it
-    failing again)."""
+    failed), or a drain event for another run came while it was drained (a healthcheck that read
+    it failing again). A second drain for the same run is the same reading acted on twice (a
+    healthcheck's drain, then the lifecycle's pass over that healthcheck's run): no new evidence."""
+    seen = {d.events[0].run_id}
     for e in d.events[1:]:
         info = e.detail or {}
         if e.kind == "transition" and info.get("from") in ("remediating", "retesting") \
                 and info.get("to") in ("drained", "escalated"):
             return True
         if e.kind in DRAIN_KINDS and not _is_escalation(e):
-            return True
+            if e.run_id is not None and e.run_id not in seen:
+                return True
+            seen.add(e.run_id)
     return False
 
 

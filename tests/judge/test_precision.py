@@ -55,7 +55,11 @@ ESCALATED_AT_ONCE = [t("healthy", "escalated", 0),
                               "NODE --rma)")]
 REBOOT_NEVER_SEEN = [drain(0), t("drained", "remediating", H), step(H, "reboot"),
                      t("remediating", "drained", H + 1800, "the reboot was not seen done within 1800 s")]
-HEALTHCHECK_AGAIN = [drain(0, "preflight: xid hc-1"), drain(300, "preflight: xid hc-2"), resume(D)]
+HEALTHCHECK_AGAIN = [Event(0, "drain", "preflight: xid hc-1", "hc-1"), Event(300, "drain", "preflight: xid hc-2", "hc-2"),
+                     resume(D)]
+# A healthcheck drains on its reading; the lifecycle's next pass acts on the same reading: one reading, not two.
+SAME_READING_TWICE = [Event(0, "drain", "preflight: xid hc-1", "hc-1"), t("healthy", "drained", 60),
+                      Event(60, "drain", "preflight: drained xid hc-1", "hc-1"), resume(D)]
 CLEARED_BY_PERSON = [drain(0), Event(D, "transition", f"{CLEARED}: GPU replaced", None,
                                      {"from": "drained", "to": "healthy"})]
 NO_SCHEDULER = [t("healthy", "drained", 0), drain(0, kind="for-a-person:drain")]
@@ -86,6 +90,7 @@ def test_the_cause_a_drain_reason_names(reason, cause):
     (ESCALATED_AT_ONCE, True, False, False),
     (REBOOT_NEVER_SEEN, False, True, False),  # the lifecycle counts it as a failed retest
     (HEALTHCHECK_AGAIN, False, True, False),  # read failing again while drained
+    (SAME_READING_TWICE, False, False, False),
     (CLEARED_BY_PERSON, False, False, False),
     (NO_SCHEDULER, False, False, False),
 ])
@@ -105,6 +110,7 @@ def test_each_definition_on_the_shapes_the_commands_record(events, esc, failed, 
     (RETEST_FAILED, None, 30 * D, ("confirmed", "retest_failed")),  # still drained: confirmed all the same
     (ESCALATED_AT_ONCE, None, 30 * D, ("confirmed", "escalated")),
     (HEALTHCHECK_AGAIN, None, 30 * D, ("confirmed", "retest_failed")),
+    (SAME_READING_TWICE, None, 30 * D, ("unconfirmed", None)),
     (CLEARED_BY_PERSON, None, 30 * D, ("cleared", None)),
     (NO_SCHEDULER, None, 30 * D, ("open", None)),
     (HEALTHCHECK[:1], None, 30 * D, ("open", None)),
