@@ -162,6 +162,13 @@ def returned(d: Drain, seen_again: float | None, within_s: float) -> bool:
     return d.ended_at is not None and seen_again is not None and d.ended_at < seen_again <= d.ended_at + within_s
 
 
+def decided_by_events(d: Drain, seen_again: float | None, within_s: float) -> bool:
+    """Whether the drain's outcome is known without reading the node's runs after it: only a
+    drain resumed with nothing else confirming it needs them, to tell whether its cause returned."""
+    return d.ended_by != "resume" or escalated(d) or retest_failed(d) or step_taken(d) \
+        or returned(d, seen_again, within_s)
+
+
 def outcome(d: Drain, seen_again: float | None, latest: float, within_s: float = RETURNS_WITHIN_S) -> Outcome:
     """What the drain turned out to be. Confirmed: escalated, a retest failed, a step was needed
     and passed after it, or the cause returned within ``within_s`` of the resume. Unconfirmed:

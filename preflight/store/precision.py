@@ -154,8 +154,7 @@ def precision(store: Store, since: float, until: float, within_s: float = defs.R
         drains += found
         again += defs.next_same_cause(found)
     # Readings that show the cause back, read only for the drains nothing else has decided.
-    undecided = [i for i, d in enumerate(drains) if d.ended_by == "resume" and not (
-        defs.escalated(d) or defs.retest_failed(d) or defs.step_taken(d) or defs.returned(d, again[i], within_s))]
+    undecided = [i for i, d in enumerate(drains) if not defs.decided_by_events(d, again[i], within_s)]
     for i, t in zip(undecided, seen_again(store, [(drains[i].node, drains[i].cause, drains[i].ended_at,
                                                    drains[i].ended_at + within_s) for i in undecided]), strict=True):
         if t is not None:

@@ -12,6 +12,7 @@ from preflight.judge.precision import (
     Drain,
     Event,
     cause_of,
+    decided_by_events,
     drains,
     escalated,
     next_same_cause,
@@ -179,3 +180,10 @@ def test_the_summary_partitions_the_drains_per_cause_and_rates_the_fleet():
 def test_no_node_days_no_rate():
     assert per_100_node_days(3, 0.0) is None and per_100_node_days(0, 10.0) == 0.0
     assert summary([], {}, 0.0, WEEK)["unconfirmed_per_100_node_days"] is None
+
+
+def test_only_a_resumed_drain_nothing_else_confirms_needs_the_runs_after_it():
+    assert not decided_by_events(one(HEALTHCHECK), None, WEEK)
+    assert decided_by_events(one(HEALTHCHECK), 6 * H + D, WEEK)  # a later drain for the cause already says it
+    assert all(decided_by_events(one(e), None, WEEK) for e in (LIFECYCLE_RESET, RETEST_FAILED, ESCALATED_AT_ONCE,
+                                                                CLEARED_BY_PERSON, NO_SCHEDULER))
