@@ -41,9 +41,8 @@ def up_to_latest(store: Store, since: float) -> Window:
     later: a run from a writer whose clock is ahead is shown (and acted on by the lifecycle)
     now, not once the reader's clock has caught up. The runs' maximum is read from its index's
     end; the events (drains, resumes, the lifecycle's steps) are few beside the runs."""
-    latest = [v for (v,) in store.rows("SELECT MAX(started) FROM pf_runs UNION ALL SELECT MAX(at) FROM pf_events")
-              if v is not None]
-    return Window(since, max([time.time(), *latest]))
+    latest = precision.latest(store)
+    return Window(since, time.time() if latest is None else max(time.time(), latest))
 
 
 def nodes_like(store: Store, node: str, limit: int = 5) -> list[str]:
