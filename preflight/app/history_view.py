@@ -100,7 +100,7 @@ def _show_precision(p: dict | None, console: Console) -> None:
                   f"{duration(p['returns_within_s'])}):", **PLAIN)
     console.print(f"  {_counts(p)}", **PLAIN)
     console.print(f"  {'-' if rate is None else f'{rate:g}'} unconfirmed drain(s) per 100 node-days "
-                  f"({p['node_days']:g} node-days)", **PLAIN)
+                  f"({p['node_days']:,.1f} node-days)", **PLAIN)
     console.print(f"  {_times(p)}", **PLAIN)
     for c in p["causes"]:
         console.print(f"  cause {_p(c['cause'])}: {_counts(c)}; {_times(c)}", **PLAIN)

@@ -31,7 +31,7 @@ svg .rate, svg .node { fill:none; stroke:var(--fail); stroke-width:2; } svg .dot
 svg .band { fill:#0b57d0; fill-opacity:.15; } svg .median { fill:none; stroke:#0b57d0; stroke-dasharray:6 4; }
 svg .baseline { stroke:var(--muted); stroke-dasharray:2 3; } svg .tick { stroke:var(--fail); stroke-width:2; }
 .spark { color:var(--fail); vertical-align:middle; }
-td.num { text-align:right; font-variant-numeric:tabular-nums; }
+td.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
 .key-node { color:var(--fail); font-weight:600; } .key-fleet { color:#0b57d0; font-weight:600; }
 """
 
@@ -211,7 +211,7 @@ def duration(seconds: float | None) -> str:
         return "-"
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= 2 * size:
-            return f"{seconds / size:.1f} {unit}"
+            return f"{seconds / size:.1f}".rstrip("0").rstrip(".") + f" {unit}"
     return f"{seconds:.0f} s"
 
 
@@ -220,7 +220,7 @@ def _precision_row(name: str, p: dict) -> list[str]:
     why = ", ".join(f"{by[k]} {w}" for k, w in (("escalated", "escalated"), ("retest_failed", "retest failed"),
                                                 ("step", "after a step"), ("returned", "returned")) if by[k])
     share = "-" if p["precision"] is None else f"{p['precision']:.1%}"
-    return [name, str(p["drains"]), str(p["confirmed"]) + (f' <span class="muted">({_e(why)})</span>' if why else ""),
+    return [name, str(p["drains"]), str(p["confirmed"]), f'<span class="muted">{_e(why)}</span>',
             str(p["unconfirmed"]), str(p["pending"]), str(p["open"]), str(p["cleared"]), share,
             duration(p["to_drain"]["p50_s"]), duration(p["to_drain"]["p90_s"]),
             duration(p["to_resume"]["p50_s"]), duration(p["to_resume"]["p90_s"])]
@@ -235,11 +235,12 @@ def _precision(result: dict) -> str:
         return "".join(out) + NONE + "</section>"
     rate = p["unconfirmed_per_100_node_days"]
     out.append(f'<p class="meta"><b>{"-" if rate is None else f"{rate:g}"}</b> unconfirmed drains per 100 node-days '
-               f'({p["unconfirmed"]} in {p["node_days"]:g} node-days)</p>')
+               f'({p["unconfirmed"]} in {p["node_days"]:,.1f} node-days)</p>')
     rows = [_precision_row("<b>fleet</b>", p)] + [_precision_row(f"<code>{_e(c['cause'])}</code>", c)
                                                    for c in p["causes"]]
-    out.append(_table(["cause", "drains", "confirmed", "unconfirmed", "pending", "open", "cleared", "precision",
-                       "to drain p50", "p90", "to resume p50", "p90"], rows, numeric=tuple(range(1, 12))))
+    out.append(_table(["cause", "drains", "confirmed", "because", "unconfirmed", "pending", "open", "cleared",
+                       "precision", "to drain p50", "p90", "to resume p50", "p90"], rows,
+                      numeric=(1, 2, *range(4, 13))))
     within = duration(p["returns_within_s"])
     out.append('<p class="muted">confirmed: escalated, a retest failed, a step (reset, restart, reboot) taken and '
                f"passed after it, or the cause back on the node within {within} of its resume; "

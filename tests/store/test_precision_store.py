@@ -197,7 +197,7 @@ def test_a_shorter_look_ahead_on_the_command_line(built, capsys):
     assert p["returns_within_s"] == 86400
     assert main(["history", "--fleet", "--since", "30d", "--db", built]) == 0
     text = capsys.readouterr().out
-    assert "precision of the drains (unconfirmed: resumed with no step and the cause away 7.0 d):" in text
+    assert "precision of the drains (unconfirmed: resumed with no step and the cause away 7 d):" in text
     assert "10 drain(s): 5 confirmed (1 escalated, 1 retest failed, 1 after a step, 2 returned), 2 unconfirmed" in text
     assert "cause nvlink-down: 6 drain(s)" in text
 
@@ -238,13 +238,14 @@ def test_the_fleet_page_has_the_precision_table(page):
     assert '<a href="#precision">Precision</a>' in page
     rows = re.findall(r"<tr>(.*?)</tr>", section)
     cells = [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", r) for r in rows]
-    assert cells[0][:8] == ["cause", "drains", "confirmed", "unconfirmed", "pending", "open", "cleared", "precision"]
+    assert cells[0][:9] == ["cause", "drains", "confirmed", "because", "unconfirmed", "pending", "open", "cleared",
+                            "precision"]
     fleet_row = cells[1]
-    assert fleet_row[0] == "<b>fleet</b>" and fleet_row[1] == "10" and fleet_row[2].startswith("5 ")
-    assert "1 escalated, 1 retest failed, 1 after a step, 2 returned" in fleet_row[2]
-    assert fleet_row[3:8] == ["2", "1", "1", "1", "71.4%"]
+    assert fleet_row[:3] == ["<b>fleet</b>", "10", "5"]
+    assert fleet_row[3] == '<span class="muted">1 escalated, 1 retest failed, 1 after a step, 2 returned</span>'
+    assert fleet_row[4:9] == ["2", "1", "1", "1", "71.4%"]
     nvlink = next(c for c in cells[2:] if c[0] == "<code>nvlink-down</code>")
-    assert nvlink[1] == "6" and nvlink[7] == "75.0%" and nvlink[8] == "60 s" and nvlink[9] == "2.4 h"
+    assert nvlink[1] == "6" and nvlink[8] == "75.0%" and nvlink[9] == "60 s" and nvlink[10] == "2.4 h"
     assert "unconfirmed drains per 100 node-days" in section
 
 
