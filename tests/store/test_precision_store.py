@@ -195,6 +195,13 @@ def test_a_shorter_look_ahead_on_the_command_line(built, capsys):
     nvlink = next(c for c in p["causes"] if c["cause"] == "nvlink-down")
     assert (nvlink["unconfirmed"], nvlink["pending"], nvlink["confirmed_by"]["returned"]) == (4, 0, 0)
     assert p["returns_within_s"] == 86400
+    # The keys docs/store.md's contract names, no more, no fewer.
+    drains = {"drains", "confirmed", "unconfirmed", "pending", "open", "cleared", "confirmed_by", "precision",
+              "to_drain", "to_resume"}
+    assert set(p) == drains | {"returns_within_s", "node_days", "unconfirmed_per_100_node_days", "causes"}
+    assert all(set(c) == drains | {"cause"} for c in p["causes"])
+    assert set(p["to_drain"]) == set(p["to_resume"]) == {"n", "p50_s", "p90_s"}
+    assert set(p["confirmed_by"]) == {"escalated", "retest_failed", "step", "returned"}
     assert main(["history", "--fleet", "--since", "30d", "--db", built]) == 0
     text = capsys.readouterr().out
     assert "precision of the drains (unconfirmed: resumed with no step and the cause away 7 d):" in text
