@@ -9,6 +9,7 @@ the real ``drain``/``resume`` commands on a real Slurm cluster: tests/e2e/test_e
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -140,10 +141,18 @@ def build(url: str) -> None:
     assert main(["lifecycle", "c1", "--clear", "--reason", "fans replaced", "--db", url]) == 0
 
 
-@pytest.fixture
-def built(store_url) -> str:
-    build(store_url)
-    return store_url
+_databases = itertools.count()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def built(request, tmp_path_factory) -> str:
+    """The scenario's store on each engine, built once for the tests that read it."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('drains') / 'store.sqlite'}"
+    else:
+        url = request.getfixturevalue("pg").create_database(f"precision{next(_databases)}")
+    build(url)
+    return url
 
 
 def test_each_drain_made_by_real_code_is_judged_by_the_definitions(built):
@@ -232,9 +241,9 @@ def precision_page(url: str) -> str:
         return render_fleet(result, fleet_series(store, window, result))
 
 
-@pytest.fixture
-def page(tmp_path) -> str:
-    url = f"sqlite:///{tmp_path / 'drains.sqlite'}"
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('page') / 'drains.sqlite'}"
     build(url)
     return precision_page(url)
 
