@@ -95,6 +95,9 @@ def _show_precision(p: dict | None, console: Console) -> None:
     """How often preflight's drains were right (docs/lifecycle.md, "How often preflight is wrong")."""
     if not p:
         return
+    if not p["drains"]:
+        console.print("precision of the drains: no drain by preflight began in the window", **PLAIN)
+        return
     rate = p["unconfirmed_per_100_node_days"]
     console.print(f"precision of the drains (unconfirmed: resumed with no step and the cause away "
                   f"{duration(p['returns_within_s'])}):", **PLAIN)

@@ -218,6 +218,18 @@ def test_a_shorter_look_ahead_on_the_command_line(built, capsys):
     assert "cause nvlink-down: 6 drain(s)" in text
 
 
+def test_a_fleet_without_drains_says_so(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    with Store.open(parse(url)) as store:
+        record(store, "r1", 19.0, {"n1": {}, "n2": NVLINK})
+    assert main(["history", "--fleet", "--since", "30d", "--db", url]) == 0
+    assert "precision of the drains: no drain by preflight began in the window" in capsys.readouterr().out
+    assert main(["history", "--fleet", "--since", "30d", "--json", "--db", url]) == 0
+    p = json.loads(capsys.readouterr().out)["precision"]
+    assert (p["drains"], p["precision"], p["causes"], p["to_drain"]["p50_s"]) == (0, None, [], None)
+    assert p["unconfirmed_per_100_node_days"] == 0.0 and p["node_days"] > 1.9  # two nodes, a day or more each
+
+
 @pytest.mark.parametrize("value", ["0d", "week", "1y", "99999d"])
 def test_a_look_ahead_that_is_no_length_of_time_is_bad_usage(value, tmp_path, capsys):
     assert main(["history", "--fleet", "--returns-within", value, "--db", f"sqlite:///{tmp_path}/s.sqlite"]) == 2
