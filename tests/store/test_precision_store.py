@@ -311,3 +311,21 @@ def test_the_precision_reads_follow_the_drains_not_the_runs(store_url, monkeypat
         read_year = sum(sizes)
     assert month["drains"] == year["drains"] == 1 and month["unconfirmed"] == 1
     assert read_year <= read_month, (read_month, read_year)
+
+
+def test_a_hostile_cause_from_a_drain_reason_is_shown_as_data(tmp_path, capsys):
+    """A drain reason is whatever the event holds: its cause word reaches the page escaped and the
+    terminal as its escapes."""
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    bad = "<img\x1b[31m>"
+    with Store.open(parse(url)) as store:
+        record(store, "r1", 18.0, {"n1": NVLINK})
+        store.add_event("n1", "drain", "test", f"preflight: {bad} r1", "r1", at=day(18.0) + 60)
+    assert main(["history", "--fleet", "--since", "30d", "--db", url]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "cause <img\\x1b[31m>: 1 drain(s)" in out
+    with Store.open(parse(url), create=False) as store:
+        window = Window(day(0), reads.latest(store))
+        result = fleet(store, window)
+        html = render_fleet(result, fleet_series(store, window, result))
+    assert "<img" not in html and "<code>&lt;img\x1b[31m&gt;</code>" in html
