@@ -535,10 +535,8 @@ def cmd_healthcheck(args, console: Console) -> int:
     code, analysis, action, run_dir = healthcheck.run_healthcheck(
         probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, args.drain)
     store_cli.record_report(store, run_dir, console)
-    if action.kind in ("drain", "resume"):
-        store_cli.record_events(store, [{"node": next(iter(analysis.hosts)), "kind": action.kind,
-                                         "actor": "healthcheck", "reason": action.reason or action.why,
-                                         "run_id": run_dir.name}], console)
+    if (event := healthcheck.event_of(action, next(iter(analysis.hosts)), run_dir.name)) is not None:
+        store_cli.record_events(store, [event], console)
     if not args.quiet:
         terminal.show(analysis, console, str(run_dir))
         console.print(f"healthcheck: {action.kind}" + (f" ({action.reason})" if action.reason else "")

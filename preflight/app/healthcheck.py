@@ -67,6 +67,15 @@ def decide(status: str, cause: str | None, run_id: str, node: NodeState | None) 
     return Action("none", why="healthy")
 
 
+def event_of(action: Action, node: str, run_id: str) -> dict | None:
+    """The store's record of what the healthcheck did to its node's Slurm state (None: nothing):
+    the event ``history --fleet`` reads the drain's outcome from (preflight.judge.precision)."""
+    if action.kind not in ("drain", "resume"):
+        return None
+    return {"node": node, "kind": action.kind, "actor": "healthcheck", "reason": action.reason or action.why,
+            "run_id": run_id}
+
+
 def worst_cause(analysis: Analysis, host: str) -> str | None:
     mine = [d for d in analysis.diagnoses if host in d.hosts]
     if mine:

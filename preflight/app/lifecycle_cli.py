@@ -26,6 +26,7 @@ from preflight.collect.ssh import SshNode
 from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.diagnose.engine import load_knowledge
 from preflight.judge.loader import load_checks
+from preflight.judge.precision import CLEARED
 from preflight.knowledge.datafile import LONGEST_S, positive
 from preflight.lifecycle import controller, effects, policy, rma
 from preflight.lifecycle.machine import STATES
@@ -251,7 +252,7 @@ def _clear(args, console: Console) -> int:
         kept.put_state(store, {"node": args.node, "state": "healthy", "since": now, "cause": None, "run_id": None,
                                "step": None, "requested": None, "retest_failures": 0},
                        {"kind": "transition", "actor": store_cli.actor(), "at": now,
-                        "reason": f"-> healthy: cleared by a person: {args.reason or 'no reason given'}",
+                        "reason": f"{CLEARED}: {args.reason or 'no reason given'}",
                         "detail": {"from": before, "to": "healthy"}})
     console.print(f"{_p(args.node)}: {_p(before)} -> healthy (cleared by {_p(store_cli.actor())})", **PLAIN)
     return EXIT_OK

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from preflight.judge import trends
 from preflight.judge.figures import FIGURES
 from preflight.model import HostHistory, PastRun
-from preflight.store import seek
+from preflight.store import precision, seek
 from preflight.store.db import Store, StoreError
 from preflight.store.rows import iso
 
@@ -42,9 +42,8 @@ def up_to_latest(store: Store, since: float) -> Window:
     later: a run from a writer whose clock is ahead is shown (and acted on by the lifecycle)
     now, not once the reader's clock has caught up. The runs' maximum is read from its index's
     end; the events (drains, resumes, the lifecycle's steps) are few beside the runs."""
-    latest = [v for (v,) in store.rows("SELECT MAX(started) FROM pf_runs UNION ALL SELECT MAX(at) FROM pf_events")
-              if v is not None]
-    return Window(since, max([time.time(), *latest]))
+    latest = precision.latest(store)
+    return Window(since, time.time() if latest is None else max(time.time(), latest))
 
 
 def nodes_like(store: Store, node: str, limit: int = 5) -> list[str]:
@@ -307,7 +306,7 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
     for _, cause, _, _ in cause_hits:
         cause_failures[cause] += 1
     host_runs = sum(hosts for _, _, hosts, _ in groups)
-    nodes = seek.nodes_in(store, *w)
+    nodes, node_days = precision.nodes_and_days(store, *w)
     first = min((f for *_, f in groups), default=window.end)
     span_h = max(0.0, (window.end - first) / 3600)
     node_hours = (nodes or 0) * span_h
@@ -325,6 +324,7 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
                   # Any host-run may carry any cause: each cause's runs are all of them.
                   + trends.rates({c: host_runs for c in cause_failures}, cause_incidents, cause_failures, node_hours,
                                  "cause")),
+        "precision": precision.precision(store, *w, policy.returns_within_s, node_days),
     }
 
 
