@@ -23,8 +23,10 @@ from preflight.app import (
     collective_options,
     dcgm_options,
     drain_cli,
+    extras,
     fabric_cli,
     healthcheck,
+    interrupt,
     lifecycle_cli,
     listing_cli,
     options,
@@ -34,6 +36,7 @@ from preflight.app import (
     targets,
 )
 from preflight.app.errors import INPUT_ERRORS, UsageError
+from preflight.app.parser import Parser
 from preflight.app.progress import RunProgress
 from preflight.app.progress import render as render_progress
 from preflight.app.run import RunRequest, execute, probes_for
@@ -62,6 +65,9 @@ from preflight.report.history import digest as history_digest
 _positive = positive
 
 
+# --help's description: the module docstring above is for readers of the code.
+DESCRIPTION = ("Health checks for GPU cluster nodes before they serve traffic: probes over SSH or Slurm, "
+               "evidence, verdicts, causes and actions. `preflight COMMAND --help` for each command.")
 LISTING_NOTE = ("On a terminal, one entry per paragraph; piped, one record per line, tab-separated "
                 "and never wrapped; --json for every field.")
 
@@ -112,7 +118,9 @@ def _report_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="preflight", description=__doc__.splitlines()[0])
+    parser = Parser(prog="preflight", description=DESCRIPTION, epilog=options.examples(
+        "preflight run --hosts hosts.txt", "preflight analyze examples/h200-fleet",
+        "preflight explain nic-fw-driver-mismatch"))
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -151,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common_analysis_options(an)
     soak_cli.add_slo_options(an.add_argument_group("a soak directory's serving SLOs"))
 
-    mg = sub.add_parser("merge", help="one bundle and report from per-node runs (srun preflight run --local ...)")
+    mg = sub.add_parser("merge", help="one bundle and report from per-node runs (srun preflight run --local ...)",
+                        epilog=options.examples("preflight merge reports/node-runs --expect gpu[001-064]",
+                                                "preflight merge reports/<run-a> reports/<run-b> --run-id merged"))
     mg.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
                     help="a bundle, a run directory, or a directory of run directories")
     mg.add_argument("--expect", metavar="NODELIST",
@@ -160,7 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common_analysis_options(mg)
 
     bl = sub.add_parser("baseline", help="a site profile (median and spread per figure) from known-good runs, "
-                                         "for figures NVIDIA does not publish; judge later runs with --profile-file")
+                                         "for figures NVIDIA does not publish; judge later runs with --profile-file",
+                        epilog=options.examples(
+                            "preflight baseline reports/<run-a> reports/<run-b> reports/<run-c> --out site.yaml",
+                            "preflight baseline reports/<fleet-run-id> --from-fleet --out site.yaml",
+                            "preflight baseline reports/<run-a> reports/<run-b> --profile hgx-h200"))
     bl.add_argument("runs", nargs="+", metavar="RUN", type=Path,
                     help="run directories or bundles of known-good nodes (every host must PASS the figure's check)")
     bl.add_argument("--from-fleet", action="store_true",
@@ -174,7 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="extra or overriding platform profile YAML (repeatable)")
 
     hc = sub.add_parser("healthcheck", help="for slurm.conf HealthCheckProgram: static checks of this node; "
-                                            "drains it on FAIL, resumes only preflight's own drains")
+                                            "drains it on FAIL, resumes only preflight's own drains",
+                        epilog=options.examples("preflight healthcheck",
+                                                "preflight healthcheck --no-drain --budget 30 -q",
+                                                "preflight healthcheck --db postgresql://preflight@db01/preflight"))
     hc.add_argument("--budget", type=_positive(float), default=60.0, metavar="SECONDS",
                     help="the whole check's time budget (default 60; probes get a third each, at most 30 s)")
     hc.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: $SLURMD_NODENAME, else the "
@@ -191,7 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     store_cli.add_options(hc)
 
     pl = sub.add_parser("prolog", help="for slurm.conf Prolog: the fast static checks of this node, in seconds; "
-                                       "exit 1 on FAIL (Slurm then drains the node and requeues the job)")
+                                       "exit 1 on FAIL (Slurm then drains the node and requeues the job)",
+                        epilog=options.examples("preflight prolog",
+                                                "preflight prolog --budget 5 --checks gpu-inventory,ib-port-down"))
     pl.add_argument("--budget", type=_positive(float), default=prolog.DEFAULT_BUDGET_S, metavar="SECONDS",
                     help=f"the whole check's time budget (default {prolog.DEFAULT_BUDGET_S:g})")
     pl.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: $SLURMD_NODENAME, else the "
@@ -203,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", type=Path, default=Path("/var/lib/preflight/prolog"), metavar="DIR",
                     help=f"where the node keeps its last {healthcheck.KEEP} prolog reports "
                          "(default /var/lib/preflight/prolog)")
+    pl.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     store_cli.add_options(pl)
 
     fabric_cli.add_parser(sub, _report_options, store_cli.add_options)
@@ -211,22 +231,27 @@ def build_parser() -> argparse.ArgumentParser:
     lifecycle_cli.add_parser(sub)
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need",
-                        description=LISTING_NOTE)
+                        description=LISTING_NOTE, epilog=options.examples(
+                            "preflight checks", "preflight checks --json", "preflight checks --checks-dir site-checks"))
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[],
                     help="also load checks from the *.py files in DIR (repeatable)")
     ch.add_argument("--json", action="store_true", help="one JSON list of the checks")
     fa = sub.add_parser("facts", help="list the parsed facts a check can read, with their probes",
-                        description=LISTING_NOTE)
+                        description=LISTING_NOTE, epilog=options.examples("preflight facts", "preflight facts --json"))
     fa.add_argument("--json", action="store_true", help="one JSON list of the facts")
 
-    ex = sub.add_parser("explain", help="what a cause means, what points to it, what to do")
+    ex = sub.add_parser("explain", help="what a cause means, what points to it, what to do",
+                        epilog=options.examples("preflight explain nic-fw-driver-mismatch", "preflight explain --list",
+                                                "preflight explain nvlink-down --json"))
     ex.add_argument("cause", nargs="?", help="a cause id, e.g. nic-fw-driver-mismatch")
     ex.add_argument("--list", action="store_true", help="list every cause id with its title")
     ex.add_argument("--json", action="store_true",
                     help="the cause (or, with --list, every cause) as JSON: meaning, evidence, actions, "
                          "references and what points to it")
 
-    df = sub.add_parser("diff", help="what got worse or better between two runs (exit 1 if anything got worse)")
+    df = sub.add_parser("diff", help="what got worse or better between two runs (exit 1 if anything got worse)",
+                        epilog=options.examples("preflight diff reports/<earlier-run-id> reports/<run-id>",
+                                                "preflight diff old/report.json new/report.json"))
     df.add_argument("old", type=Path, help="the earlier run directory or its report.json")
     df.add_argument("new", type=Path, help="the later run directory or its report.json")
 
@@ -341,6 +366,10 @@ def analyze_saved(args):
     """``analyze`` without the terminal: judge the saved bundle, write the reports; return the
     report directory and the analysis (shared with the pytest plugin)."""
 
+    if not args.bundle.exists():
+        raise UsageError(f"{args.bundle}: does not exist")
+    if not args.bundle.is_dir():
+        raise UsageError(f"{args.bundle}: not a directory (a bundle, a run directory or a soak directory)")
     root = _bundle_root(args.bundle)
     run_id = "analyze-" + new_run_id(local_host_name())
     out = targets.out_dir_of(args) / run_id
@@ -381,6 +410,7 @@ def _is_soak_dir(path: Path) -> bool:
 
 def _analyze_soak(soak_dir: Path, out: Path, args):
     """A preflight-soak/1 directory: judged by the soak analysis, reported like a bundle."""
+    extras.require_analysis("analyze of a soak directory")
     # pandas, behind the soak's data and analysis, loads only for a soak directory.
     from preflight.soak.data import SoakDataError
 
@@ -523,7 +553,11 @@ def cmd_prolog(args, console: Console) -> int:
         probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, drain=False,
         mode="prolog")
     store_cli.record_report(store, run_dir, console)
-    return prolog.exit_code(next(iter(analysis.hosts.values())).status)
+    code = prolog.exit_code(next(iter(analysis.hosts.values())).status)
+    if not args.quiet:
+        terminal.show(analysis, console, str(run_dir))
+        console.print(prolog.summary(analysis, code), highlight=False, markup=False)
+    return code
 
 
 def cmd_diff(args, console: Console) -> int:
@@ -556,14 +590,26 @@ def main(argv: list[str] | None = None) -> int:
                 "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume,
                 "prolog": cmd_prolog, "history": store_cli.cmd_history,
                 "lifecycle": lifecycle_cli.cmd_lifecycle}
+    previous = interrupt.install()
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:
         err.print(f"preflight: error: {exc}", highlight=False, markup=False)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        err.print("preflight: interrupted; the evidence saved so far is in the run's bundle/ directory")
+    except KeyboardInterrupt as exc:
+        kept = getattr(exc, "kept", None)
+        err.print("preflight: interrupted; the evidence saved so far is kept in "
+                  + (f"{kept}" if kept else "the run's bundle/ directory"), highlight=False, markup=False)
+        if argv is None:
+            # The program itself, not a caller's function: out now, without waiting at exit for
+            # the probes still running (up to their timeout, with SIGINT ignored meanwhile); each
+            # record already saved is a whole file (preflight.evidence.atomic).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
+    finally:
+        interrupt.restore(previous)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,10 @@ def _listing(store: Store, now: float) -> dict:
 
 
 def _show_listing(listing: dict, console: Console) -> None:
+    if not any(listing["states"].values()):
+        console.print("no node in any state: the lifecycle takes a node in at the first pass "
+                      "(`preflight lifecycle --once`) after a recorded run has judged it", **PLAIN)
+        return
     for state, nodes in listing["states"].items():
         if not nodes:
             continue
@@ -129,6 +133,8 @@ def _show_pass(p: controller.Pass, console: Console, dry_run: bool) -> None:
             console.print(f"  not done: {_p(o.refused)}", **PLAIN)
     if p.stopped:
         console.print(f"stopped: {_p(p.stopped)}", **PLAIN)
+    if not p.stopped and not any(o.waiting or o.step.moved for o in p.outcomes):
+        console.print(f"nothing to do: {len(p.outcomes)} node(s) looked at, none due a step", **PLAIN)
 
 
 def _pass_json(p: controller.Pass) -> dict:

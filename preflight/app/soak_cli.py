@@ -12,8 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from preflight.app import extras, options, store_cli, targets
 from preflight.app import load_options as load
-from preflight.app import options, store_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.collect.local import local_host_name
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -219,6 +219,8 @@ def cmd_soak(args, console: Console) -> int:
     # Error messages name files and options: never folded inside a path, whatever the width.
     err = Console(stderr=True, soft_wrap=True)
     try:
+        # Its analysis and plots need the analysis extra: refused before any GPU is loaded.
+        extras.require_analysis("preflight soak")
         if args.attach:
             plan = load_plan(args.out, args.attach)
             if any(getattr(args, k) for k in ("user", "port", "identity", "ssh_config", "known_hosts")):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import time
 from collections import defaultdict
@@ -64,11 +65,34 @@ def nodes_like(store: Store, node: str, limit: int = 5) -> list[str]:
         params += [probe, limit, probe, limit]
     union = " UNION ".join(f"SELECT host FROM {side}{i} WHERE host IS NOT NULL"
                            for i in range(len(probes)) for side in "ba")
-    found = [r[0] for r in store.rows(f"WITH RECURSIVE {', '.join(steps)} {union}", params)]
+    # gpu07 for gpu007: the same name with its number written to another width is not a neighbour
+    # in sorted order (gpu060...gpu064 are, in a 64-node fleet), so each such spelling is looked up
+    # too, by one seek each, in the same statement, and comes first.
+    spellings = list(dict.fromkeys(name for probe in probes for name in _number_spellings(probe) if name != node))
+    union += "".join(" UNION SELECT host FROM (SELECT (SELECT h.host FROM pf_host_results h WHERE h.host = ? "
+                     "LIMIT 1) AS host) s WHERE host IS NOT NULL" for _ in spellings)
+    found = [r[0] for r in store.rows(f"WITH RECURSIVE {', '.join(steps)} {union}", [*params, *spellings])]
     key = node.casefold()
-    shared = {name: _common_prefix(key, name.casefold()) for name in found}
+    same_number = sorted(name for name in found if name in spellings)
+    shared = {name: _common_prefix(key, name.casefold()) for name in found if name not in spellings}
     best = max(shared.values(), default=0)
-    return sorted(name for name, n in shared.items() if n == best and best)[:limit]
+    return (same_number + sorted(name for name, n in shared.items() if n == best and best))[:limit]
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def _number_spellings(node: str, longest: int = 12) -> list[str]:
+    """``node`` with its last number written without leading zeros and zero-padded to up to two
+    digits more than typed (gpu07: gpu7, gpu007, gpu0007), itself left out."""
+    numbers = list(_NUMBER.finditer(node))
+    if not numbers or len(numbers[-1].group()) > longest:
+        return []
+    m = numbers[-1]
+    digits = m.group().lstrip("0") or "0"
+    widths = range(len(digits), max(len(m.group()), len(digits)) + 3)
+    spelled = (node[:m.start()] + digits.zfill(w) + node[m.end():] for w in widths)
+    return [name for name in dict.fromkeys(spelled) if name != node]
 
 
 def isos(times: list[float]) -> list[str]:

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from derived import h200_node_xml
+from derived import cuda_of, h200_node_xml
 
 from preflight.app.cli import main
 from preflight.evidence.bundle import FORMAT
@@ -146,3 +146,21 @@ def test_run_local_on_this_machine(tmp_path):
         assert "nvidia-smi is not installed" in inv["summary"]
     else:  # a machine with a GPU: the probe ran and was saved byte for byte
         assert (run / "bundle" / "hosts" / host / "nvidia-smi-q-x.txt").stat().st_size > 0
+
+
+def test_a_cuda_version_that_comes_with_the_driver_is_not_a_second_action(tmp_path):
+    # Issue 34: a real R570 driver prints CUDA 12.8 (tests/derived.py cuda_of), so a node on another
+    # driver differs in both; moving the driver is the one action, both differences the evidence.
+    bundle = write_bundle(tmp_path / "bundle", {
+        **{f"gpu0{i}": {"nvidia-smi-q-x": h200_node_xml(8)} for i in range(1, 4)},
+        "gpu04": {"nvidia-smi-q-x": h200_node_xml(8, driver="570.195.03", cuda=cuda_of("570.195.03"))},
+        "gpu05": {"nvidia-smi-q-x": h200_node_xml(8, cuda="12.9")},  # the CUDA version alone differs
+    })
+    assert main(["analyze", str(bundle), "--out", str(tmp_path / "out"), "-q", "--no-db"]) == 1
+    found = {f["host"]: f for f in read_report(tmp_path / "out")["findings"] if f["check"] == "fleet-consistency"}
+    assert found["gpu04"]["data"]["action"] == ("move gpu04 to driver 580.159.04 (it runs 570.195.03), then reboot "
+                                                "and re-run preflight")
+    assert found["gpu04"]["summary"].startswith("driver 570.195.03, the fleet runs 580.159.04; CUDA 12.8, the fleet "
+                                                "runs 13.0 [")
+    assert found["gpu05"]["data"]["action"] == "move gpu05 to CUDA 13.0 (it runs 12.9), then reboot and re-run preflight"
+

@@ -39,6 +39,16 @@ def test_facts_piped_are_one_line_per_fact(capsys):
     assert nics.split("\t")[1] == "ibv-devinfo,ibstat,mlxfwmanager,ib-sysfs,ethtool-i"  # catalogue order
 
 
+def test_facts_read_as_text_not_as_a_docstring(capsys):
+    # Issue 34: ``SmiReport`` and the docstring's indentation ("missing     only") were printed as is.
+    docs = {f["name"]: f["doc"] for f in json.loads(_out(capsys, ["facts", "--json"]))}
+    assert docs["topo"] == "`TopoMatrix` from `nvidia-smi topo -m`."
+    for name, doc in docs.items():
+        assert "``" not in doc and "  " not in doc and "\n" not in doc, name
+    for line in _out(capsys, ["facts"]).splitlines():
+        assert "``" not in line and "  " not in line
+
+
 def test_explain_list_piped_is_id_tab_title(capsys):
     lines = _out(capsys, ["explain", "--list"]).splitlines()
     kb = load_knowledge()
