@@ -324,3 +324,21 @@ def slurm_fleet(hosts: Sequence[SimHost], workdir: Path, extra_conf: Sequence[st
                 os.environ.pop("SLURM_CONF", None)
             else:
                 os.environ["SLURM_CONF"] = saved
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "slurm"
+STORE_FILE = "/etc/preflight/store.url"
+
+
+def shipped_wrapper(name: str, path: Path, *, store_file: Path, exec_line: str, prelude: str = "") -> Path:
+    """The wrapper the guide ships (examples/slurm/NAME), written to ``path`` as a test cluster
+    runs it: the root-only store file at ``store_file`` instead of /etc/preflight/store.url, its
+    last line (``exec preflight ...``) replaced by ``exec_line``, after ``prelude`` (the test's
+    own PYTHONPATH and SLURM_CONF). Everything else is the shipped file, so the tests run it."""
+    text = (EXAMPLES / name).read_text()
+    assert text.count(STORE_FILE) == 1, f"examples/slurm/{name}: reads {STORE_FILE} once"
+    lines = text.replace(STORE_FILE, str(store_file)).rstrip("\n").split("\n")
+    assert lines[-1].startswith("exec preflight "), f"examples/slurm/{name}: ends with exec preflight"
+    path.write_text("\n".join(lines[:-1] + [prelude.rstrip("\n"), exec_line]) + "\n")
+    path.chmod(0o755)
+    return path
