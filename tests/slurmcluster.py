@@ -30,6 +30,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -67,11 +68,14 @@ class SlurmCluster:
     is not ``down``. After entering: ``conf`` (slurm.conf), ``env`` (for client commands),
     ``nodes`` (names), ``slurm(*argv)`` to run a client command."""
 
-    def __init__(self, sim: SimCluster, workdir: Path, extra_conf: Sequence[str] = ()):
+    def __init__(self, sim: SimCluster, workdir: Path, extra_conf: Sequence[str] = (), gpus: int = 0):
         self.sim = sim
         self.nodes = [h.name for h in sim.hosts if not h.down]
         self.workdir = Path(workdir)
         self.extra_conf = tuple(extra_conf)
+        # gpus > 0: every node has that many GPUs as generic resources (GresTypes=gpu, a
+        # gres.conf whose File= lines are files in the node's own directory; see _gres_conf)
+        self.gpus = gpus
         self._procs: dict[str, subprocess.Popen] = {}  # munged, slurmctld
         self._slurmd: dict[str, int] = {}  # node -> slurmd pid (in the node's namespaces)
 
@@ -102,6 +106,8 @@ class SlurmCluster:
         self._start_munged()
         self.port = _free_port()
         self.conf.write_text(self._slurm_conf())
+        if self.gpus:
+            (self.dir / "gres.conf").write_text(self._gres_conf())
         (self.dir / "cgroup.conf").write_text("# slurmcluster: the v1 hierarchy the node's tmpfs offers\n"
                                               "CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
         log = self.dir / "log" / "slurmctld.log"
@@ -173,11 +179,29 @@ class SlurmCluster:
             "InactiveLimit=0",
             # A launch to a dead slurmd fails after this, not the default 10 s.
             "MessageTimeout=5",
+            *(["GresTypes=gpu"] if self.gpus else []),
             *self.extra_conf,
         ]
+        gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
         for node in self.nodes:
-            lines.append(f"NodeName={node} NodeAddr={self.sim.address(node)} CPUs=2 State=UNKNOWN")
+            lines.append(f"NodeName={node} NodeAddr={self.sim.address(node)} CPUs=2{gres} State=UNKNOWN")
         lines.append(f"PartitionName={PARTITION} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
+        return "\n".join(lines) + "\n"
+
+    def _gres_conf(self) -> str:
+        """One line per node (slurmd reads gres.conf beside slurm.conf): its GPUs are files of
+        its own directory standing for /dev/nvidia0.., so two nodes never claim the same one.
+        slurmd stats each File= and exports the index of the ones a step gets
+        (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS)."""
+        lines = ["# slurmcluster: each node's GPUs, files of its own directory"]
+        for node in self.nodes:
+            dev = self.sim.workdir_of(node) / "dev"
+            dev.mkdir(exist_ok=True)
+            for i in range(self.gpus):
+                # slurmd wants a character device ("is not a valid character or block device, fix
+                # your gres.conf"): NVIDIA's major, 195, with no driver behind it; never opened.
+                os.mknod(dev / f"nvidia{i}", stat.S_IFCHR | 0o600, os.makedev(195, i))
+            lines.append(f"NodeName={node} Name=gpu File={dev}/nvidia[0-{self.gpus - 1}]")
         return "\n".join(lines) + "\n"
 
     def start_slurmd(self, node: str) -> None:
@@ -307,14 +331,15 @@ def _wait(done, timeout: float) -> bool:
 
 
 @contextlib.contextmanager
-def slurm_fleet(hosts: Sequence[SimHost], workdir: Path, extra_conf: Sequence[str] = ()) -> Iterator[SlurmCluster]:
+def slurm_fleet(hosts: Sequence[SimHost], workdir: Path, extra_conf: Sequence[str] = (),
+                gpus: int = 0) -> Iterator[SlurmCluster]:
     """A SimCluster of ``hosts`` with Slurm on it, for a module-scoped fixture (mark its tests
     ``root``: the simulated cluster's own requirements are checked by that marker), with
     ``SLURM_CONF`` pointing at it meanwhile. Skips with the reason where the Slurm packages are
     missing."""
     if reason := why_no_slurm():
         pytest.skip(reason)
-    with SimCluster(list(hosts), workdir) as sim, SlurmCluster(sim, workdir, extra_conf) as slurm:
+    with SimCluster(list(hosts), workdir) as sim, SlurmCluster(sim, workdir, extra_conf, gpus) as slurm:
         saved = os.environ.get("SLURM_CONF")
         os.environ["SLURM_CONF"] = str(slurm.conf)  # how preflight's own salloc/srun find this cluster
         try:
