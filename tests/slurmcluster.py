@@ -74,8 +74,10 @@ class SlurmCluster:
         self.workdir = Path(workdir)
         self.extra_conf = tuple(extra_conf)
         # gpus > 0: every node has that many GPUs as generic resources (GresTypes=gpu, a
-        # gres.conf whose File= lines are files in the node's own directory; see _gres_conf)
+        # gres.conf whose File= lines are files in the node's own directory; see _gres_conf),
+        # constrained by the devices cgroup where this machine has the v1 controller
         self.gpus = gpus
+        self.why_unconstrained = why_no_devices_cgroup() if gpus else "no GPUs configured"
         self._procs: dict[str, subprocess.Popen] = {}  # munged, slurmctld
         self._slurmd: dict[str, int] = {}  # node -> slurmd pid (in the node's namespaces)
 
@@ -109,7 +111,8 @@ class SlurmCluster:
         if self.gpus:
             (self.dir / "gres.conf").write_text(self._gres_conf())
         (self.dir / "cgroup.conf").write_text("# slurmcluster: the v1 hierarchy the node's tmpfs offers\n"
-                                              "CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
+                                              "CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n"
+                                              + ("ConstrainDevices=yes\n" if self.constrained else ""))
         log = self.dir / "log" / "slurmctld.log"
         self._procs["slurmctld"] = subprocess.Popen(
             ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)], env=self.env,
@@ -156,7 +159,9 @@ class SlurmCluster:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
+            # With GPUs, task/cgroup: ConstrainDevices=yes (cgroup.conf) denies a step every GPU
+            # it was not given, through the v1 devices controller, as on a real node.
+            "TaskPlugin=" + ("task/cgroup" if self.constrained else "task/none"),
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
@@ -187,6 +192,11 @@ class SlurmCluster:
             lines.append(f"NodeName={node} NodeAddr={self.sim.address(node)} CPUs=2{gres} State=UNKNOWN")
         lines.append(f"PartitionName={PARTITION} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
         return "\n".join(lines) + "\n"
+
+    @property
+    def constrained(self) -> bool:
+        """Steps see only the GPUs they were given (cgroup.conf ConstrainDevices=yes)."""
+        return self.why_unconstrained is None
 
     def _gres_conf(self) -> str:
         """One line per node (slurmd reads gres.conf beside slurm.conf): its GPUs are files of
@@ -235,6 +245,8 @@ class SlurmCluster:
     def _stop(self) -> None:
         for node in list(self._slurmd):
             self.stop_slurmd(node)
+        if self.gpus and self.constrained:
+            _remove_cgroups(self.nodes)
         for name in ("slurmctld", "munged"):
             proc = self._procs.pop(name, None)
             if proc is not None and proc.poll() is None:
@@ -294,6 +306,33 @@ class SlurmCluster:
 
 
 _LIVE: set[SlurmCluster] = set()
+DEVICES_CGROUP = Path("/sys/fs/cgroup/devices")
+
+
+def why_no_devices_cgroup() -> str | None:
+    """Why steps cannot be confined to their GPUs here; None when they can. The nodes get the
+    v1 controllers /proc/cgroups lists as enabled in a hierarchy (start_slurmd), and Slurm
+    22.05's cgroup/v1 plugin confines devices through the v1 ``devices`` controller. On a
+    cgroup v2-only machine the controller sits in the unified hierarchy (hierarchy 0), where
+    Slurm's cgroup/v2 plugin confines devices with eBPF programs and wants a systemd-delegated
+    cgroup for slurmd, which the simulated nodes (no systemd) do not have."""
+    try:
+        rows = [line.split() for line in Path("/proc/cgroups").read_text().splitlines()[1:]]
+    except OSError as exc:
+        return f"cannot read /proc/cgroups: {exc}"
+    if not any(r[0] == "devices" and r[1] != "0" and r[3] == "1" for r in rows if len(r) == 4):
+        return "no cgroup v1 devices controller on this machine (cgroup v2 only)"
+    return None
+
+
+def _remove_cgroups(nodes: Sequence[str]) -> None:
+    """The devices cgroups slurmd made for the nodes (slurm_<node>/uid_*/job_*/step_*) live in
+    this machine's own hierarchy: removed, deepest first, once their processes are gone."""
+    for node in nodes:
+        top = DEVICES_CGROUP / f"slurm_{node}"
+        for root, _dirs, _files in sorted(os.walk(top, topdown=False), key=lambda w: -len(w[0])):
+            with contextlib.suppress(OSError):
+                os.rmdir(root)
 
 
 @atexit.register

@@ -115,12 +115,17 @@ def test_healthy_nodes_pass_under_slurm_all_reduce_included(cluster, tmp_path):
 @contextlib.contextmanager
 def gpus_seen(cluster, node: str) -> Iterator[Path]:
     """While inside: every `nvidia-smi` the node's probes run first writes the GPUs Slurm gave its
-    step (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS) to the file yielded, one line per call."""
+    step (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS) and the GPU devices the step's cgroup lets it
+    open to the file yielded, one line per call: `0,1|0,1|0,1,`. The devices have no driver
+    behind them, so an open the cgroup allows fails "No such device or address" and one it
+    denies "Operation not permitted" (ConstrainDevices=yes, tests/slurmcluster.py)."""
     shim = cluster.sim.workdir_of(node) / "bin" / "nvidia-smi"
-    seen = shim.parent.parent / "gpus-seen"
+    dev, seen = shim.parent.parent / "dev", shim.parent.parent / "gpus-seen"
     recorded = shim.read_text()
     head, _, rest = recorded.partition("\n")
-    shim.write_text(f'{head}\necho "$CUDA_VISIBLE_DEVICES|$SLURM_STEP_GPUS" >> {seen}\n{rest}')
+    opens = (f"$(for i in 0 1 2 3 4 5 6 7; do (: < {dev}/nvidia$i) 2>&1 | grep -q 'not permitted' "
+             "|| printf '%s,' $i; done)")
+    shim.write_text(f'{head}\necho "$CUDA_VISIBLE_DEVICES|$SLURM_STEP_GPUS|{opens}" >> {seen}\n{rest}')
     try:
         yield seen
     finally:
@@ -129,18 +134,29 @@ def gpus_seen(cluster, node: str) -> Iterator[Path]:
 
 
 def test_a_run_asks_for_every_gpu_slurm_gives_the_node_and_its_probes_see_them(cluster, tmp_path):
-    """slurm.conf gives each node 8 GPUs: by default a run's job asks for all of them
-    (--gres=gpu:8), so the probes' step sees GPUs 0-7, as under ConstrainDevices=yes it must;
-    --gpus-per-node 2 asks for two."""
+    """slurm.conf gives each node 8 GPUs and cgroup.conf constrains devices: by default a run's
+    job asks for all of them (--gres=gpu:8), so the probes' step is given GPUs 0-7 and may open
+    every one; --gpus-per-node 2 gives it two; --gpus-per-node 0, what a run asked before,
+    leaves the step no GPU it may open."""
     with gpus_seen(cluster, "gpu01") as seen:
         code, report, _ = run(tmp_path, "gpus", "--quick", "--slurm", "-w", "gpu[01-02]")
         assert code == 0 and report["hosts"]["gpu01"]["status"] == "pass"
         lines = set(seen.read_text().split())
-        assert lines == {"0,1,2,3,4,5,6,7|0,1,2,3,4,5,6,7"}, lines
-        seen.unlink()
-        code, _, _ = run(tmp_path, "two", "--quick", "--slurm", "-w", "gpu01", "--gpus-per-node", "2")
-        assert code == 0 and set(seen.read_text().split()) == {"0,1|0,1"}
+        assert lines == {given(cluster, 8)}, lines
+        for n in (2, 0):
+            seen.unlink()
+            code, _, _ = run(tmp_path, f"gpus-{n}", "--quick", "--slurm", "-w", "gpu01", "--gpus-per-node", str(n))
+            assert code == 0 and set(seen.read_text().split()) == {given(cluster, n)}, (n, seen.read_text())
     cluster.wait_idle()
+    if not cluster.constrained:
+        pytest.skip(f"the GPUs given checked, their confinement not: {cluster.why_unconstrained}")
+
+
+def given(cluster, n: int) -> str:
+    """What gpus_seen writes for a step given GPUs 0..n-1 of the node's 8."""
+    ids = ",".join(map(str, range(n)))
+    opened = "".join(f"{i}," for i in range(n if cluster.constrained else 8))
+    return f"{ids}|{ids}|{opened}"
 
 
 def test_the_load_probes_never_run_beside_another_job_unless_asked(cluster, tmp_path):
@@ -169,7 +185,7 @@ def test_the_load_probes_never_run_beside_another_job_unless_asked(cluster, tmp_
         with gpus_seen(cluster, "gpu02") as seen:
             code, report, _ = run(tmp_path, "allowed", "--slurm", "-w", "gpu02", "--allow-shared", *NCCL)
             assert code == 0 and report["hosts"]["gpu02"]["status"] == "pass"
-            assert set(seen.read_text().split()) == {"0,1,2,3,4,5,6,7|0,1,2,3,4,5,6,7"}
+            assert set(seen.read_text().split()) == {given(cluster, 8)}
     finally:
         cluster.slurm("scancel", job)
     cluster.wait_idle()
