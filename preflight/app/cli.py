@@ -93,6 +93,7 @@ def _slurm_options(run: argparse.ArgumentParser) -> None:
     options.add_slurm(run, "run --slurm: one srun task per node runs the probes on that node "
                            "(nothing installed there but python3); no SSH",
                       "default: the node budget in minutes, plus 2")
+    options.add(run, options.SLURM_RUN, "Slurm: the nodes' GPUs and other jobs")
 
 
 def _common_analysis_options(p: argparse.ArgumentParser) -> None:

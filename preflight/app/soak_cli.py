@@ -57,7 +57,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("soak", help="full-load burn-in with NVML telemetry on every node (detached agents)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=options.examples(
                            "preflight soak --hours 1 --hosts hosts.txt",
-                           "preflight soak --slurm -w gpu[001-064] --hours 1 --sbatch-arg=--gpus-per-node=8",
+                           "preflight soak --slurm -w gpu[001-064] --hours 1 --sbatch-arg=--qos=burnin",
                            "preflight soak --attach <run-id>",
                            "preflight soak --engine vllm --model llama-3-70b-dense --sweep 32,64,128,256 "
                            "--step-minutes 10 --slo ttft_p99=2s"))

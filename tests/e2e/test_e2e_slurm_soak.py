@@ -36,7 +36,9 @@ TESTS = ROOT / "tests"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with slurm_fleet([SimHost("gpu01"), SimHost("gpu02"), SimHost("gpu03")], tmp_path_factory.mktemp("slurm")) as s:
+    # Each node has 8 GPUs in slurm.conf: the soak's allocation asks for them (--gres=gpu:8).
+    with slurm_fleet([SimHost("gpu01"), SimHost("gpu02"), SimHost("gpu03")], tmp_path_factory.mktemp("slurm"),
+                     gpus=8) as s:
         yield s
 
 
@@ -119,7 +121,11 @@ def test_a_controller_killed_mid_soak_leaves_the_agents_running_and_attach_colle
     beats = [wait_for(lambda d=d: (b := heartbeat(d)) and b["state"] == "finished" and b, 30) for d in agents]
     assert all(b["elapsed_s"] >= 6.0 and b["now_epoch"] > killed_at for b in beats)
     assert not (out / "k1" / "report.json").exists()
-    assert len(cluster.slurm("squeue", "-h", "-o", "%i").stdout.split()) == 1  # the allocation waits for --attach
+    [job] = cluster.slurm("squeue", "-h", "-o", "%i").stdout.split()  # the allocation waits for --attach
+    # It holds every GPU of both nodes, so the agents' step was given them all (srun(1): a step
+    # gets all the generic resources its job requested).
+    shown = cluster.slurm("scontrol", "show", "job", "-o", job).stdout
+    assert " TresPerNode=gres:gpu:8 " in shown, shown
     code = main(["soak", "--attach", "k1", "--out", str(out), "-q"])
     assert code == 0
     meta = json.loads((out / "k1" / "soak.json").read_text())
