@@ -119,6 +119,13 @@ def test_a_faulty_node_drains_itself_and_is_resumed_once_fixed_and_another_drain
     assert events[0] == ("drain", "healthcheck") and ("resume", "healthcheck") in events
     assert said.startswith(timeline["events"][0]["reason"])  # Slurm adds "[user@time]"
     assert history(cluster, "gpu02")["events"] == []  # someone else's drain: preflight did nothing
+    # The fleet's precision reads those events: one drain, however often a healthcheck drained
+    # the node again while it failed; each time it did is a reading that failed again (confirmed);
+    # drained once and resumed a moment ago, its 7 days without the cause are still to come.
+    again = [k for k, _ in events[:events.index(("resume", "healthcheck"))]].count("drain") > 1
+    [cause] = history(cluster, "--fleet")["precision"]["causes"]
+    assert cause["cause"] == "nvlink-down" and cause["drains"] == 1
+    assert (cause["confirmed_by"]["retest_failed"], cause["pending"]) == ((1, 0) if again else (0, 1))
     # Both nodes' readings are in the one PostgreSQL the shipped wrapper named.
     assert {r["launcher"] for r in history(cluster, "gpu02")["runs"]} == {"local"}
     assert_secret_kept(cluster)
@@ -182,13 +189,6 @@ def assert_secret_kept(cluster) -> None:
                 assert SECRET not in path.read_text(errors="replace"), path
     assert SECRET not in json.dumps(history(cluster, "gpu01"))
 
-    # The fleet's precision reads those events: one drain, however often a healthcheck drained
-    # the node again while it failed; each time it did is a reading that failed again (confirmed);
-    # drained once and resumed a moment ago, its 7 days without the cause are still to come.
-    again = [k for k, _ in events[:events.index(("resume", "healthcheck"))]].count("drain") > 1
-    [cause] = history(cluster, "--fleet")["precision"]["causes"]
-    assert cause["cause"] == "nvlink-down" and cause["drains"] == 1
-    assert (cause["confirmed_by"]["retest_failed"], cause["pending"]) == ((1, 0) if again else (0, 1))
 
 
 def history(cluster, node: str) -> dict:
