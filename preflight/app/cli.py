@@ -54,7 +54,7 @@ from preflight.judge.figures import HISTORY_FACT
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.datafile import LONGEST_S, positive
 from preflight.knowledge.profiles import load_profiles
-from preflight.report import diff, json_report, prometheus, terminal
+from preflight.report import consoles, diff, json_report, prometheus, terminal
 from preflight.report.diff import ReportError, diff_reports, load_report, render
 from preflight.report.files import write_atomic, write_reports
 from preflight.report.history import digest as history_digest
@@ -354,7 +354,7 @@ def analyze_saved(args):
     histories = None
     if getattr(args, "history", False):
         source = bundle.header.get("run_id") if isinstance(bundle.header.get("run_id"), str) else None
-        histories = store_cli.histories_for(store_cli.store_of(args), list(bundle.hosts), Console(stderr=True),
+        histories = store_cli.histories_for(store_cli.store_of(args), list(bundle.hosts), consoles.make(stderr=True),
                                             exclude_run=source)
     analysis = analyze(bundle, checks, profiles, load_knowledge(), args.profile, histories=histories)
     analysis.meta.update({"run_id": run_id, "kind": "analyze", "created": bundle.created,
@@ -545,11 +545,11 @@ def cmd_diff(args, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    # No emoji codes: text from nodes and the store holds colons (a PCI bus id 00000000:AB:00.0
-    # is no :ab: emoji), and every line printed is data or about data (preflight.printable).
-    console = Console(emoji=False)
+    # No emoji codes, no guessed colours (preflight/report/consoles.py): every line printed is
+    # data or about data (preflight.printable).
+    console = consoles.make()
     # Error messages name files and options: never folded inside a path, whatever the width.
-    err = Console(stderr=True, soft_wrap=True, emoji=False)
+    err = consoles.errors()
 
     handlers = {"run": cmd_run, "fabric": cmd_fabric, "analyze": cmd_analyze, "checks": listing_cli.cmd_checks,
                 "facts": listing_cli.cmd_facts, "soak": soak_cli.cmd_soak, "explain": listing_cli.cmd_explain,

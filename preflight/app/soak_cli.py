@@ -20,6 +20,7 @@ from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USA
 from preflight.evidence.bundle import new_run_id
 from preflight.knowledge.datafile import LONGEST_S, fraction, positive
 from preflight.parse.slurm import time_limit_s
+from preflight.report import consoles
 from preflight.soak.plan import (
     ENGINES,
     NODE_DIR,
@@ -217,7 +218,7 @@ def cmd_soak(args, console: Console) -> int:
     from preflight.soak.ship import start  # likewise
 
     # Error messages name files and options: never folded inside a path, whatever the width.
-    err = Console(stderr=True, soft_wrap=True)
+    err = consoles.errors()
     try:
         if args.attach:
             plan = load_plan(args.out, args.attach)
