@@ -26,7 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-REPORT_FORMAT = "preflight-report/1"
+from preflight.contracts import CONNECTIVITY_CHECK, REPORT_FORMAT
+
 NOISE = 0.01
 _RANK = {"pass": 0, "skip": 0, "warn": 1, "error": 2, "fail": 3}
 _UNITS = (("_gbs", "GB/s"), ("_gbps", "GB/s"), ("_mhz", "MHz"), ("_pct", "%"), ("_mib", "MiB"),
@@ -178,10 +179,18 @@ def _malformed(doc: dict) -> str | None:
 
 
 def diff_reports(old: dict, new: dict) -> ReportDiff:
-    old_checks, new_checks = _by_check(old), _by_check(new)
+    # A run that did not reach a host judged none of its checks: its connectivity finding says so
+    # once (reports before issue 34 also held an ERROR per check, read here as absent). Such a
+    # host's checks are then neither "gone" (not reached now) nor "new" when they pass again.
+    old_unreached, new_unreached = _unreached(old), _unreached(new)
+    old_checks, new_checks = _by_check(old, old_unreached), _by_check(new, new_unreached)
     checks = []
     for key in sorted(old_checks.keys() | new_checks.keys(), key=lambda k: (k[0] or "", k[1])):
         o, n = old_checks.get(key), new_checks.get(key)
+        if key[1] != CONNECTIVITY_CHECK and (o is None or n is None):
+            if (n is None and key[0] in new_unreached) or (o is None and key[0] in old_unreached
+                                                           and _RANK.get(n["status"], 0) == 0):
+                continue
         figures = _figure_changes(o["figures"], n["figures"]) if o and n else ()
         change = Change(key[0], key[1], o and o["status"], n and n["status"],
                         o["summary"] if o else "", n["summary"] if n else "", figures)
@@ -202,10 +211,16 @@ def _run_name(report: dict) -> str:
     return str(report.get("run_id") or report.get("created") or "?")
 
 
-def _by_check(report: dict) -> dict[tuple[str | None, str], dict]:
+def _unreached(report: dict) -> set[str]:
+    return {h for h, v in (report.get("hosts") or {}).items() if isinstance(v, dict) and v.get("reachable") is False}
+
+
+def _by_check(report: dict, unreached: set[str] = frozenset()) -> dict[tuple[str | None, str], dict]:
     out: dict[tuple[str | None, str], dict] = {}
     for f in report.get("findings") or []:
         key = (f.get("host"), f.get("check", "?"))
+        if key[0] in unreached and key[1] != CONNECTIVITY_CHECK:
+            continue
         slot = out.setdefault(key, {"status": f.get("status", "pass"), "summary": f.get("summary", ""),
                                     "figures": {}})
         if _RANK.get(f.get("status"), 0) > _RANK.get(slot["status"], 0):
