@@ -268,6 +268,26 @@ def _num(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
+DIFF_FORMAT = "preflight-diff/1"
+
+
+def to_dict(diff: ReportDiff) -> dict:
+    """``diff --json`` (docs/contracts.md §1.2): the same facts as ``render``, for a script."""
+    return {
+        "format": DIFF_FORMAT,
+        "old_run": diff.old_run,
+        "new_run": diff.new_run,
+        "worse": diff.worse,
+        "hosts": [{"host": c.host, "old": c.old, "new": c.new, "direction": c.direction} for c in diff.hosts],
+        "checks": [{"host": c.host, "check": c.check, "old": c.old, "new": c.new, "direction": c.direction,
+                    "old_summary": c.old_summary, "new_summary": c.new_summary,
+                    "figures": [{"name": f.name, "old": f.old, "new": f.new, "unit": f.unit} for f in c.figures]}
+                   for c in diff.checks],
+        "causes": [{"cause": c.cause, "host": c.host, "change": "appeared" if c.appeared else "resolved"}
+                   for c in diff.causes],
+    }
+
+
 def render(diff: ReportDiff) -> str:
     """Markdown: readable in a terminal as it is, and as ``diff.md`` in the run directory."""
     out = [f"# preflight diff: {diff.old_run} -> {diff.new_run}", ""]
