@@ -131,7 +131,8 @@ def _probe_health(ctx: HostContext, planned: Sequence[str]) -> Finding:
     passed_over = [r for r in ctx.probes.values() if r.error and r.error.startswith("not run: ")]
     lost = [p for p in planned if p not in ctx.probes]
     if not hung and not passed_over and not lost:
-        return Finding(PROBES, ctx.name, Status.PASS, f"{len(ctx.probes)} probes finished in time")
+        n = len(ctx.probes)
+        return Finding(PROBES, ctx.name, Status.PASS, f"{n} probe{'s' if n != 1 else ''} finished in time")
     parts, symptoms = [], []
     if hung:
         tools = ", ".join(dict.fromkeys(PROBES_BY_ID[r.probe].tool if r.probe in PROBES_BY_ID

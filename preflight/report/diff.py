@@ -295,7 +295,8 @@ def render(diff: ReportDiff) -> str:
     same = len(diff.hosts) - len(moved)
     out += ["## Hosts", ""]
     out += [f"- {c.host}: {_arrow(c)} ({c.direction})" for c in moved]
-    out += [f"- {same} host{'s' if same != 1 else ''} unchanged" if moved else f"- all {same} hosts unchanged", ""]
+    out += [f"- {same} host{'s' if same != 1 else ''} unchanged" if moved
+            else f"- all {same} hosts unchanged" if same != 1 else "- the 1 host unchanged", ""]
     if diff.causes:
         out += ["## Diagnoses", ""]
         out += [f"- {'new' if c.appeared else 'resolved'}: {c.cause} on {c.host or 'the fleet'}" for c in diff.causes]
