@@ -193,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     hc.add_argument("--out", type=Path, default=Path("/var/lib/preflight/healthcheck"), metavar="DIR",
                     help=f"where the node keeps its last {healthcheck.KEEP} reports "
                          "(default /var/lib/preflight/healthcheck)")
-    hc.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    hc.add_argument("-q", "--quiet", action="store_true",
+                    help="print one line: the verdicts counted and the report's path")
     store_cli.add_options(hc)
 
     pl = sub.add_parser("prolog", help="for slurm.conf Prolog: the fast static checks of this node, in seconds; "
