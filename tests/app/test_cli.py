@@ -148,3 +148,21 @@ def test_run_local_on_this_machine(tmp_path):
         assert "nvidia-smi is not installed" in inv["summary"]
     else:  # a machine with a GPU: the probe ran and was saved byte for byte
         assert (run / "bundle" / "hosts" / host / "nvidia-smi-q-x.txt").stat().st_size > 0
+
+
+def test_analyze_and_merge_json_is_report_json_on_stdout_alone(tmp_path, capsysbinary):
+    """--json (issue 34): report.json's bytes on stdout and nothing else there; what a person
+    reads goes to stderr; the exit code is the command's."""
+    bundle = fleet(tmp_path)
+    assert main(["analyze", str(bundle), "--out", str(tmp_path / "a"), "--json", "--no-html"]) == 1
+    out, err = capsysbinary.readouterr()
+    [report] = (tmp_path / "a").glob("*/report.json")
+    assert out == report.read_bytes() and json.loads(out)["hosts"]["gpu07"]["reachable"] is False
+    assert b"3 pass, 2 fail, 2 errors" in err and b"report in" in err  # the summary, on stderr
+    assert main(["merge", str(bundle), "--out", str(tmp_path / "m"), "--run-id", "m", "--json", "-q"]) == 1
+    out, err = capsysbinary.readouterr()
+    assert out == (tmp_path / "m" / "m" / "report.json").read_bytes()
+    assert err.decode().splitlines() == [f"3 pass, 2 fail, 2 errors — report in {tmp_path / 'm' / 'm'}"]
+    # Bad input: nothing on stdout.
+    assert main(["analyze", str(tmp_path / "nowhere"), "--out", str(tmp_path / "a"), "--json"]) == 2
+    assert capsysbinary.readouterr().out == b""
