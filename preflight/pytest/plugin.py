@@ -193,6 +193,7 @@ def run_preflight(argv: list[str]) -> tuple[Path, dict]:
     """Run or analyse as the CLI would; return the run directory and its report.json."""
     # Imported here: every pytest session loads this plugin, and most never use it.
     from preflight.app import cli
+    from preflight.app.run import execute
 
     try:
         args = cli.build_parser().parse_args(argv)
@@ -203,7 +204,7 @@ def run_preflight(argv: list[str]) -> tuple[Path, dict]:
         if args.command == "analyze":
             run_dir, _ = cli.analyze_saved(args)
         else:
-            run_dir, _ = cli.execute(cli.run_request(args))
+            run_dir, _ = execute(cli.run_request(args))
     except cli.INPUT_ERRORS as exc:
         raise pytest.UsageError(f"preflight: {exc}") from None
     return run_dir, json.loads((run_dir / "report.json").read_text())
