@@ -9,6 +9,7 @@ written, with the file, line or option that is wrong.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import replace
@@ -31,15 +32,14 @@ from preflight.app import (
     listing_cli,
     options,
     prolog,
+    run_output,
     soak_cli,
     store_cli,
     targets,
 )
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.app.parser import Parser
-from preflight.app.progress import RunProgress
-from preflight.app.progress import render as render_progress
-from preflight.app.run import RunRequest, execute, probes_for
+from preflight.app.run import RunRequest, probes_for
 from preflight.collect.dcgm import PROBE_ID as DCGM_PROBE_ID
 from preflight.collect.fanout import ExecPlan
 from preflight.collect.local import local_host_name
@@ -57,7 +57,7 @@ from preflight.judge.figures import HISTORY_FACT
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.datafile import LONGEST_S, positive
 from preflight.knowledge.profiles import load_profiles
-from preflight.report import diff, json_report, prometheus, terminal
+from preflight.report import consoles, diff, json_report, prometheus
 from preflight.report.diff import ReportError, diff_reports, load_report, render
 from preflight.report.files import write_atomic, write_reports
 from preflight.report.history import digest as history_digest
@@ -68,6 +68,10 @@ _positive = positive
 # --help's description: the module docstring above is for readers of the code.
 DESCRIPTION = ("Health checks for GPU cluster nodes before they serve traffic: probes over SSH or Slurm, "
                "evidence, verdicts, causes and actions. `preflight COMMAND --help` for each command.")
+
+# The commands whose --json is their result on stdout, their people's output moved to stderr.
+JSON_ON_STDOUT = ("run", "fabric", "analyze", "merge", "diff")
+
 LISTING_NOTE = ("On a terminal, one entry per paragraph; piped, one record per line, tab-separated "
                 "and never wrapped; --json for every field.")
 
@@ -116,6 +120,9 @@ def _report_options(p: argparse.ArgumentParser) -> None:
                    help="also write verdicts and figures in node_exporter's textfile format (name it *.prom)")
     g.add_argument("--baseline", metavar="RUN", type=Path,
                    help="compare with an earlier run (its directory or report.json); the diff goes to diff.md")
+    g.add_argument("--json", action="store_true",
+                   help="print report.json on stdout, and nothing else there (the summary and progress go to "
+                        "stderr); the exit code is the same")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     hc.add_argument("--out", type=Path, default=Path("/var/lib/preflight/healthcheck"), metavar="DIR",
                     help=f"where the node keeps its last {healthcheck.KEEP} reports "
                          "(default /var/lib/preflight/healthcheck)")
-    hc.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    hc.add_argument("-q", "--quiet", action="store_true",
+                    help="print one line: the verdicts counted and the report's path")
     store_cli.add_options(hc)
 
     pl = sub.add_parser("prolog", help="for slurm.conf Prolog: the fast static checks of this node, in seconds; "
@@ -255,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "preflight diff old/report.json new/report.json"))
     df.add_argument("old", type=Path, help="the earlier run directory or its report.json")
     df.add_argument("new", type=Path, help="the later run directory or its report.json")
+    df.add_argument("--json", action="store_true",
+                    help="the comparison as one JSON object on stdout (docs/contracts.md); same exit code")
 
     store_cli.add_options(soak_cli.add_parser(sub))
     return parser
@@ -333,21 +343,18 @@ def cmd_run(args, console: Console) -> int:
     if args.history:
         names = [h.name for h in req.hosts] or [local_host_name()]
         req = replace(req, histories=store_cli.histories_for(store, names, console))
-    hosts = req.hosts
-    if args.quiet or not console.is_terminal:
-        run_dir, analysis = execute(req)
-    else:
-        from rich.live import Live  # only for a live terminal
+    run_dir, analysis = run_output.execute_shown(req, console, args.quiet)
+    return _reported(args, run_dir, analysis, baseline, store, console)
 
-        names = [h.name for h in hosts] or [local_host_name()]
-        tracker = RunProgress(names, len(req.plan.probes))
-        with Live(console=console, transient=True, refresh_per_second=2,
-                  get_renderable=lambda: render_progress(tracker.snapshot(), len(req.plan.probes))):
-            run_dir, analysis = execute(req, tracker.record, lambda j: tracker.judged(j.host, j.status))
-    if not args.quiet:
-        terminal.show(analysis, console, str(run_dir))
+
+def _reported(args, run_dir: Path, analysis, baseline: dict | None, store, console: Console) -> int:
+    """A report command's end: its summary (one line with -q), the extras, the store, report.json
+    on stdout with --json; the exit code."""
+    run_output.show(analysis, console, run_dir, args.quiet)
     _report_extras(args, run_dir, analysis, baseline, console)
     store_cli.record_report(store, run_dir, console)
+    if args.json:
+        run_output.print_json(run_dir)
     return EXIT_FAILED if analysis.failed else EXIT_OK
 
 
@@ -355,12 +362,8 @@ def cmd_fabric(args, console: Console) -> int:
     """``preflight fabric``: a run whose stage is the rail stage (preflight/app/fabric_cli.py)."""
     baseline = _report_inputs(args)
     store = store_cli.store_of(args)
-    run_dir, analysis = execute(fabric_cli.fabric_request(args))
-    if not args.quiet:
-        terminal.show(analysis, console, str(run_dir))
-    _report_extras(args, run_dir, analysis, baseline, console)
-    store_cli.record_report(store, run_dir, console)
-    return EXIT_FAILED if analysis.failed else EXIT_OK
+    run_dir, analysis = run_output.execute_shown(fabric_cli.fabric_request(args), console, args.quiet)
+    return _reported(args, run_dir, analysis, baseline, store, console)
 
 
 def analyze_saved(args):
@@ -384,7 +387,7 @@ def analyze_saved(args):
     histories = None
     if getattr(args, "history", False):
         source = bundle.header.get("run_id") if isinstance(bundle.header.get("run_id"), str) else None
-        histories = store_cli.histories_for(store_cli.store_of(args), list(bundle.hosts), Console(stderr=True),
+        histories = store_cli.histories_for(store_cli.store_of(args), list(bundle.hosts), consoles.make(stderr=True),
                                             exclude_run=source)
     analysis = analyze(bundle, checks, profiles, load_knowledge(), args.profile, histories=histories)
     analysis.meta.update({"run_id": run_id, "kind": "analyze", "created": bundle.created,
@@ -435,11 +438,7 @@ def cmd_analyze(args, console: Console) -> int:
     baseline = _report_inputs(args, "soak" if _is_soak_dir(args.bundle) else "run")
     store = store_cli.store_of(args)
     out, analysis = analyze_saved(args)
-    if not args.quiet:
-        terminal.show(analysis, console, str(out))
-    _report_extras(args, out, analysis, baseline, console)
-    store_cli.record_report(store, out, console)
-    return EXIT_FAILED if analysis.failed else EXIT_OK
+    return _reported(args, out, analysis, baseline, store, console)
 
 
 def _report_inputs(args, kind: str = "run") -> dict | None:
@@ -500,14 +499,10 @@ def cmd_merge(args, console: Console) -> int:
     if histories:
         analysis.meta["history"] = history_digest(analysis, histories)
     write_reports(run_dir, analysis, getattr(args, "html", True))
-    if not args.quiet:
-        if plan.missing:
-            console.print(f"merge: no result for {len(plan.missing)} expected node(s): "
-                          f"{NodeSet.fromlist(plan.missing)}", highlight=False, markup=False)
-        terminal.show(analysis, console, str(run_dir))
-    _report_extras(args, run_dir, analysis, baseline, console)
-    store_cli.record_report(store, run_dir, console)
-    return EXIT_FAILED if analysis.failed else EXIT_OK
+    if plan.missing and not args.quiet:
+        console.print(f"merge: no result for {len(plan.missing)} expected node(s): "
+                      f"{NodeSet.fromlist(plan.missing)}", highlight=False, markup=False)
+    return _reported(args, run_dir, analysis, baseline, store, console)
 
 
 def cmd_baseline(args, console: Console) -> int:
@@ -538,8 +533,8 @@ def cmd_healthcheck(args, console: Console) -> int:
     store_cli.record_report(store, run_dir, console)
     if (event := healthcheck.event_of(action, next(iter(analysis.hosts)), run_dir.name)) is not None:
         store_cli.record_events(store, [event], console)
+    run_output.show(analysis, console, run_dir, args.quiet)
     if not args.quiet:
-        terminal.show(analysis, console, str(run_dir))
         console.print(f"healthcheck: {action.kind}" + (f" ({action.reason})" if action.reason else "")
                       + f": {action.why}", highlight=False, markup=False)
     return code
@@ -555,8 +550,8 @@ def cmd_prolog(args, console: Console) -> int:
         mode="prolog")
     store_cli.record_report(store, run_dir, console)
     code = prolog.exit_code(next(iter(analysis.hosts.values())).status)
+    run_output.show(analysis, console, run_dir, args.quiet)
     if not args.quiet:
-        terminal.show(analysis, console, str(run_dir))
         console.print(prolog.summary(analysis, code), highlight=False, markup=False)
     return code
 
@@ -571,18 +566,25 @@ def cmd_diff(args, console: Console) -> int:
     if why:
         raise UsageError(why)
     result = diff_reports(old, new)
-    console.print(render(result), end="", markup=False, highlight=False, soft_wrap=True)
+    if args.json:
+        sys.stdout.write(json.dumps(diff.to_dict(result), indent=2) + "\n")
+    else:
+        console.print(render(result), end="", markup=False, highlight=False, soft_wrap=True)
     return EXIT_FAILED if result.worse else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    # No emoji codes: text from nodes and the store holds colons (a PCI bus id 00000000:AB:00.0
-    # is no :ab: emoji), and every line printed is data or about data (preflight.printable).
-    console = Console(emoji=False)
+    # No emoji codes, no guessed colours (preflight/report/consoles.py): every line printed is
+    # data or about data (preflight.printable).
+    console = consoles.make()
+    if getattr(args, "json", False) and args.command in JSON_ON_STDOUT:
+        # stdout carries the JSON alone; what people read (the summary, progress, warnings) goes
+        # to stderr, as it would have gone to the terminal.
+        console = consoles.make(stderr=True)
     # Error messages name files and options: never folded inside a path, whatever the width.
-    err = Console(stderr=True, soft_wrap=True, emoji=False)
+    err = consoles.errors()
 
     handlers = {"run": cmd_run, "fabric": cmd_fabric, "analyze": cmd_analyze, "checks": listing_cli.cmd_checks,
                 "facts": listing_cli.cmd_facts, "soak": soak_cli.cmd_soak, "explain": listing_cli.cmd_explain,

@@ -103,7 +103,8 @@ OUTPUT = (
     Option(("--out",), dict(metavar="DIR", type=Path, default=Path("reports"),
                             help="where run directories go (default: ./reports)"), "out", True),
     Option(("--run-id",), dict(help="name of the run directory (default: a timestamp)")),
-    Option(("-q", "--quiet"), dict(action="store_true", help="no terminal summary")),
+    Option(("-q", "--quiet"), dict(action="store_true", help="print one line: the verdicts counted and the "
+                                                           "report's path (no progress, no table)")),
 )
 
 

@@ -30,7 +30,7 @@ from preflight.app.errors import UsageError
 from preflight.contracts import EXIT_OK
 from preflight.judge.trends import Policy
 from preflight.knowledge.datafile import positive
-from preflight.report import json_lines
+from preflight.report import consoles, json_lines
 from preflight.report.files import write_atomic
 from preflight.report.fleet_html import render_fleet
 from preflight.store import Store, StoreError, StoreUrl, StoreUrlError, chosen, location
@@ -107,7 +107,7 @@ def _open_for_write(url: StoreUrl) -> Store:
 
 
 def warn(console: Console, text: str) -> None:
-    Console(stderr=True, soft_wrap=True).print(f"preflight: warning: {printable(text)}", **PLAIN)
+    consoles.errors().print(f"preflight: warning: {printable(text)}", **PLAIN)
 
 
 def printable(text: str) -> str:

@@ -77,7 +77,9 @@ def test_report_files_are_written_and_consistent(tmp_path):
     case = root.find("./testsuite[@name='gpu04']/testcase[@name='gpu-inventory']")
     assert case.find("failure").get("message").startswith("7 of 8 GPUs visible")
     assert "cause: gpu-missing" in case.find("failure").get("message")
-    assert root.find("./testsuite[@name='gpu07']/testcase[@name='gpu-inventory']/error") is not None
+    # The unreached gpu07 is one error, naming the checks it could not run (issue 34).
+    [down] = root.findall("./testsuite[@name='gpu07']/testcase")
+    assert down.get("name") == "connectivity" and "gpu-inventory" in down.find("error").text
 
 
 def test_analyze_accepts_a_run_directory(tmp_path):
@@ -164,3 +166,20 @@ def test_a_cuda_version_that_comes_with_the_driver_is_not_a_second_action(tmp_pa
                                                 "runs 13.0 [")
     assert found["gpu05"]["data"]["action"] == "move gpu05 to CUDA 13.0 (it runs 12.9), then reboot and re-run preflight"
 
+
+def test_analyze_and_merge_json_is_report_json_on_stdout_alone(tmp_path, capsysbinary):
+    """--json (issue 34): report.json's bytes on stdout and nothing else there; what a person
+    reads goes to stderr; the exit code is the command's."""
+    bundle = fleet(tmp_path)
+    assert main(["analyze", str(bundle), "--out", str(tmp_path / "a"), "--json", "--no-html"]) == 1
+    out, err = capsysbinary.readouterr()
+    [report] = (tmp_path / "a").glob("*/report.json")
+    assert out == report.read_bytes() and json.loads(out)["hosts"]["gpu07"]["reachable"] is False
+    assert b"3 pass, 2 fail, 2 errors" in err and b"report in" in err  # the summary, on stderr
+    assert main(["merge", str(bundle), "--out", str(tmp_path / "m"), "--run-id", "m", "--json", "-q"]) == 1
+    out, err = capsysbinary.readouterr()
+    assert out == (tmp_path / "m" / "m" / "report.json").read_bytes()
+    assert err.decode().splitlines() == [f"3 pass, 2 fail, 2 errors — report in {tmp_path / 'm' / 'm'}"]
+    # Bad input: nothing on stdout.
+    assert main(["analyze", str(tmp_path / "nowhere"), "--out", str(tmp_path / "a"), "--json"]) == 2
+    assert capsysbinary.readouterr().out == b""

@@ -31,10 +31,11 @@ def test_on_a_node_without_a_gpu_it_says_what_it_did_not_judge(capsys, tmp_path)
     assert "nvidia-smi is not installed" in out
 
 
-def test_quiet_is_accepted_and_prints_nothing(capsys, tmp_path, monkeypatch):
+def test_quiet_is_accepted_and_prints_one_line(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{write_shims(healthy_h200('gpu001'), tmp_path / 'node')}{os.pathsep}"
                                f"{os.environ['PATH']}")
     code, out = prolog(capsys, tmp_path, "--node", "gpu001", "-q")
-    assert (code, out) == (0, "")
+    # -q as everywhere: the verdicts counted and the report's path, on one line (issue 34)
+    assert code == 0 and len(out.strip().splitlines()) == 1 and "report in" in out and "fail" not in out, out
     code, out = prolog(capsys, tmp_path, "--node", "gpu001")
     assert code == 0 and "PASS" in out and out.rstrip().endswith("prolog: exit 0: nothing failed")

@@ -331,8 +331,9 @@ def test_probes_for_builds_the_nccl_probe_with_the_run_options():
 
 def test_cli_passes_the_active_test_options_and_quick_leaves_them_out(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr("preflight.app.cli.execute",
-                        lambda req, progress=None: seen.append(req.plan.probes) or (tmp_path, SimpleNamespace(failed=False)))
+    nothing = SimpleNamespace(failed=False, hosts={}, findings=[])  # what -q's one line reads
+    monkeypatch.setattr("preflight.app.run_output.execute",
+                        lambda req, progress=None: seen.append(req.plan.probes) or (tmp_path, nothing))
     argv = ["run", "--local", "-q", "--out", str(tmp_path), "--checks", "nccl-all-reduce,gpu-inventory"]
     assert main(argv + ["--nccl-reps", "3", "--nccl-max-bytes", "512M", "--nccl-timeout", "90",
                         "--nccl-tests-dir", "/opt/nccl-tests/build"]) == 0
