@@ -13,7 +13,11 @@ Order, and why: the driver's own views come first (``-q``, then ``nvlink --statu
 ``topo -m``), because they count the GPUs a job can use; ``lspci`` counts what is on the bus,
 which includes a GPU the driver lost, so it names the model when nothing else does but only
 counts when no driver view is there. A pasted ``nvlink --status`` excerpt with elided lines
-names the model but is not counted.
+names the model but is not counted, and so does an ``nvidia-smi -q`` that does not say it lists
+every GPU: one without its "Attached GPUs" line (an excerpt), or a whole one listing fewer GPUs
+than that line counts with none said to be unreachable (a selection, ``nvidia-smi -q -i 0``).
+Only "Attached GPUs : N" (``<attached_gpus>``) tells how many GPUs an nvidia-smi -q has
+to show; ``uncounted`` keeps why a source was not counted, for the checks to say.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ class GpuCensus:
     model_probe: str | None
     pci_device_ids: tuple[int, ...]
     counts: tuple[SourceCount, ...]
+    # Why a source that lists GPUs was not taken as counting them (an nvidia-smi -q excerpt or
+    # selection, an nvlink --status excerpt), in words, for the checks to say.
+    uncounted: tuple[str, ...] = ()
 
     @property
     def model(self) -> str | None:
@@ -85,17 +92,24 @@ def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
     """The census from whichever of these readings are there (None where missing)."""
     counts: list[SourceCount] = []
     named: list[tuple[str, tuple[str, ...]]] = []
+    uncounted: list[str] = []
     if smi is not None:
         probe, report = smi
-        if report.cut is None:
-            # A report cut short counts the GPUs shown before the cut, not the node's: it names
-            # the model, and the count comes from another view (or none).
+        if report.counts_gpus:
             counts.append(SourceCount(probe, len(report.gpus)))
+        elif report.partial:
+            # An excerpt or a selection (-i) lists the GPUs someone chose to show, not the node's:
+            # it names the model, and the count comes from another view (or none). (A report cut
+            # short is not counted either; its cut is said by the checks through ``smi_cut``.)
+            uncounted.append(report.partial)
         named.append((probe, tuple(g.name for g in report.gpus if g.name)))
     if nvlink is not None and nvlink.gpus:
         named.append(("nvidia-smi-nvlink-status", tuple(g.name for g in nvlink.gpus if g.name)))
         if not nvlink.excerpt:
             counts.append(SourceCount("nvidia-smi-nvlink-status", len(nvlink.gpus)))
+        else:
+            uncounted.append(f"nvidia-smi nvlink --status lists {len(nvlink.gpus)} GPU(s) with lines elided: "
+                             "a pasted excerpt")
     if topo is not None and topo.gpus:
         counts.append(SourceCount("nvidia-smi-topo", len(topo.gpus)))
     pci_ids: tuple[int, ...] = ()
@@ -108,4 +122,4 @@ def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
     first = counts[0] if counts else None
     model_probe, models = next(((p, m) for p, m in named if m), (None, ()))
     return GpuCensus(first.count if first else None, first.probe if first else None,
-                     models, model_probe, pci_ids, tuple(counts))
+                     models, model_probe, pci_ids, tuple(counts), tuple(u for u in uncounted if u))
