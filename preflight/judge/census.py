@@ -10,7 +10,8 @@ census takes each from the first source that has it, in the order below, and kee
 source counted so a check can say where a figure came from and where two sources disagree.
 
 Order, and why: the driver's own views come first (``-q``, then ``nvlink --status``, then
-``topo -m``), because they count the GPUs a job can use; ``lspci`` counts what is on the bus,
+``topo -m``, then ``dcgmi discovery -l``, whose host engine lists the GPUs by name with the
+driver), because they count the GPUs a job can use; ``lspci`` counts what is on the bus,
 which includes a GPU the driver lost, so it names the model when nothing else does but only
 counts when no driver view is there. A pasted ``nvlink --status`` excerpt with elided lines
 names the model but is not counted, and so does an ``nvidia-smi -q`` that does not say it lists
@@ -25,7 +26,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from preflight.collect.dcgm import DISCOVERY_PROBE_ID as DCGM_DISCOVERY
 from preflight.parse import lspci as lspci_parse
+from preflight.parse.dcgm import DcgmDiscovery
 from preflight.parse.nvlink import NvlinkStatus
 from preflight.parse.smi_records import SmiReport
 from preflight.parse.topo import TopoMatrix
@@ -36,6 +39,7 @@ COMMANDS = {
     "nvidia-smi-q": "nvidia-smi -q",
     "nvidia-smi-nvlink-status": "nvidia-smi nvlink --status",
     "nvidia-smi-topo": "nvidia-smi topo -m",
+    DCGM_DISCOVERY: "dcgmi discovery -l",
     "lspci": "lspci",
 }
 
@@ -67,6 +71,10 @@ class GpuCensus:
     model_probe: str | None
     pci_device_ids: tuple[int, ...]
     counts: tuple[SourceCount, ...]
+    # Every source's product names, in the order of preference above (probe, names): the model
+    # is the first that has any; a check that needs a GPU's part reads the others where the first
+    # does not tell it (checks/_nvlink_part.py).
+    names: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Why a source that lists GPUs was not taken as counting them (an nvidia-smi -q excerpt or
     # selection, an nvlink --status excerpt), in words, for the checks to say.
     uncounted: tuple[str, ...] = ()
@@ -88,7 +96,8 @@ class GpuCensus:
 
 
 def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
-               topo: TopoMatrix | None, pci: tuple[lspci_parse.PciDevice, ...] | None) -> GpuCensus:
+               topo: TopoMatrix | None, pci: tuple[lspci_parse.PciDevice, ...] | None,
+               dcgm: DcgmDiscovery | None = None) -> GpuCensus:
     """The census from whichever of these readings are there (None where missing)."""
     counts: list[SourceCount] = []
     named: list[tuple[str, tuple[str, ...]]] = []
@@ -112,6 +121,10 @@ def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
                              "a pasted excerpt")
     if topo is not None and topo.gpus:
         counts.append(SourceCount("nvidia-smi-topo", len(topo.gpus)))
+    if dcgm is not None and dcgm.gpus:
+        # DCGM's host engine sees the GPUs through the driver too ("8 GPUs found.").
+        named.append((DCGM_DISCOVERY, tuple(g.name for g in dcgm.gpus if g.name)))
+        counts.append(SourceCount(DCGM_DISCOVERY, len(dcgm.gpus)))
     pci_ids: tuple[int, ...] = ()
     if pci is not None:
         gpus = lspci_parse.nvidia_gpus(pci)
@@ -122,4 +135,5 @@ def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
     first = counts[0] if counts else None
     model_probe, models = next(((p, m) for p, m in named if m), (None, ()))
     return GpuCensus(first.count if first else None, first.probe if first else None,
-                     models, model_probe, pci_ids, tuple(counts), tuple(u for u in uncounted if u))
+                     models, model_probe, pci_ids, tuple(counts), tuple((p, m) for p, m in named if m),
+                     tuple(u for u in uncounted if u))

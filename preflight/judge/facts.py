@@ -201,13 +201,14 @@ def _lspci(ctx: HostEvidence):
 # Only -q is planned: a live run always has it, and collecting three more probes for a count it
 # already has would slow every run. The other views are read when the bundle holds them, which
 # is the case this fact exists for (a user's bundle without -q).
-@fact("gpu_census", needs=("smi_evidence",), reads=("nvlink_status", "topo", "lspci"))
+@fact("gpu_census", needs=("smi_evidence",), reads=("nvlink_status", "topo", "lspci", "dcgm_discovery"))
 def _gpu_census(ctx: HostEvidence) -> GpuCensus:
     """``GpuCensus``: how many GPUs, and which model, from nvidia-smi -q, else (when the bundle
-    has them) nvidia-smi nvlink --status, topo -m and lspci (preflight.judge.census); missing
+    has them) nvidia-smi nvlink --status, topo -m, dcgmi discovery -l and lspci
+    (preflight.judge.census); missing
     only when none of them is there."""
     readings, failures = {}, []
-    for name in ("smi_evidence", "nvlink_status", "topo", "lspci"):
+    for name in ("smi_evidence", "nvlink_status", "topo", "lspci", "dcgm_discovery"):
         try:
             readings[name] = getattr(ctx, name)
         except EvidenceMissing as exc:
@@ -216,7 +217,7 @@ def _gpu_census(ctx: HostEvidence) -> GpuCensus:
         raise _strongest(failures)
     smi = readings.get("smi_evidence")
     return gpu_census(smi[:2] if smi else None, readings.get("nvlink_status"),
-                      readings.get("topo"), readings.get("lspci"))
+                      readings.get("topo"), readings.get("lspci"), readings.get("dcgm_discovery"))
 
 
 @fact("kernel_log", probes=("kernel-log",))
