@@ -277,15 +277,29 @@ def _compact(df: pd.DataFrame, columns: Iterable[str]) -> None:
             df[col] = small
 
 
-def read_events(soak_dir: str | Path) -> tuple[dict[str, str], ...]:
+def read_events(soak_dir: str | Path, notes: list[str] | None = None) -> tuple[dict[str, str], ...]:
     """events.csv's rows as they are, in file order. The file is optional and read, not
     validated: the agent writes it as things happen, so an absent file reads as no events and
-    a row cut short as the cells it has."""
+    a row cut short as the cells it has. A row with more cells than the header (a cut line with
+    the next appended to it) is not read: ``notes``, where given, gains one naming its lines."""
+    rows: list[dict[str, str]] = []
+    skipped: list[tuple[int, int, int]] = []
     try:
         with (Path(soak_dir) / EVENTS_CSV).open(newline="", encoding="utf-8", errors="replace") as f:
-            return tuple(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            for row in reader:
+                extra = row.get(None)  # DictReader's key for the cells past the header's
+                if extra:
+                    width = len(reader.fieldnames or ())
+                    skipped.append((reader.line_num, width, width + len(extra)))
+                    continue
+                rows.append(row)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return ()
+    said = bad_rows.note(EVENTS_CSV, skipped)
+    if said and notes is not None:
+        notes.append(said)
+    return tuple(rows)
 
 
 def _read_meta(path: Path) -> SoakMeta:

@@ -238,3 +238,26 @@ def test_rows_not_read_at_the_end_are_not_covered_time(soak, tmp_path):
 
 def test_the_real_soak_has_no_row_not_read(soak):
     assert not [n for n in read_soak(soak, columns=ANALYSIS_COLUMNS).notes if "not read" in n]
+
+
+def test_a_throughput_row_with_more_cells_is_named_too(soak):
+    path = soak / "throughput.csv"
+    lines = path.read_text().split("\n")
+    lines[9] += "," + lines[10].split(",", 1)[0]
+    path.write_text("\n".join(lines))
+    data = read_soak(soak)
+    assert len(data.throughput) == 239
+    assert [n for n in data.notes if n.startswith("throughput.csv: 1 row not read")] and "line 10;" in data.notes[-1]
+
+
+def test_an_events_row_with_more_cells_is_not_read_and_named(soak):
+    # Rows as the agent writes them (time, host, gpu, event, data: an NVML Xid event), the second
+    # run on into the third.
+    (soak / "events.csv").write_text("time,host,gpu,event,data\n1795950400.5,vm,0,xid,79\n"
+                                     "1795950401.5,vm,0,xid,791795950402.5,vm,0,xid,79\n1795950403.5,vm,0,xid,48\n")
+    from preflight.soak.data import read_events
+    notes: list[str] = []
+    rows = read_events(soak, notes)
+    assert [r["data"] for r in rows] == ["79", "48"]
+    assert notes == ["events.csv: 1 row not read, with more cells (9) than the header's 5 (a line cut off mid-write "
+                     "with the next appended to it?): line 3; not judged and not counted as covered time"]
