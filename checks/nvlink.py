@@ -20,9 +20,13 @@ hybrid cube mesh mixes NV1/NV2 by design), so there only the link states that ar
 any platform are judged: an SXM GPU with some links up and others inactive, or a GPU with fewer
 links up than a peer of its model; PCIe cards with NVLink bridges leave links inactive by
 design and are never failed for it (checks/_link_states.py). Where every GPU's product name is
-an SXM part of ``playbooks/nvlink_parts.yaml`` (V100/A100/A800-SXM, H100/H200/H800 SXM, B200),
+an SXM part of ``playbooks/nvlink_parts.yaml`` (V100/A100/A800-SXM, H100/H200/H800 SXM, B200, B300),
 the part itself is the expectation: it has NVLink, so all links inactive is a fault (not "no
 expectation"), and where the table gives the part's link count, fewer links listed is one too.
+The part is learnt from the GPU's own ``nvlink --status`` header, else from any other probe naming
+the node's GPUs (checks/_nvlink_part.py), and one GPU whose links are down is judged by it.
+With a profile of several GPUs, one GPU listed is judged against the profile's figures and never
+called "not applicable"; a clean one is a SKIP naming the board (the count is gpu-inventory's).
 Either probe alone is enough to judge; with both missing the check cannot tell.
 On B300 the links train in hardware whatever the fabric state, so all-active links do not
 prove the fabric usable there: the ``fabric-manager`` check judges that side.

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from captures import H100_P5_NVLINK
+from captures import B300_NVLINK, H100_P5_NVLINK
 from ctx import make_host, result, run_check
 from derived import ALL_LINKS_INACTIVE, H100_NVLINK, links_unretrievable, node_nvlink_status, set_link
 
@@ -351,7 +351,7 @@ def test_an_sxm_gpu_listing_fewer_links_than_its_part_fails_without_a_profile():
 @pytest.mark.parametrize("name, family, links", [
     ("Tesla V100-SXM2-32GB", "V100", 6), ("NVIDIA A100-SXM4-80GB", "A100", 12), ("NVIDIA A800-SXM4-80GB", "A800", None),
     ("NVIDIA H100 80GB HBM3", "H100", 18), ("NVIDIA H200", "H200", 18), ("NVIDIA H800", "H800", 8),
-    ("NVIDIA B200", "B200", 18),
+    ("NVIDIA B200", "B200", 18), ("NVIDIA B300 SXM6 AC", "B300", 18),
 ])
 def test_sxm_parts_and_their_link_counts(name, family, links):
     # Product names as nvidia-smi prints them in the corpus captures (and, for H800, a public capture).
@@ -404,3 +404,12 @@ def test_the_link_listings_own_name_wins_over_another_probes_and_the_verdict_say
 def test_a_healthy_8_gpu_sxm_listing_without_a_profile_passes_by_its_part():
     f = nvlink({STATUS: H100_P5_NVLINK}, "generic")
     assert f.status is Status.PASS and f.summary.startswith("8 GPUs x 18 links active [the H100 SXM5")
+
+
+def test_a_b300_listing_without_a_profile_is_held_to_its_part():
+    # The real XE9780 listing (7 x NVIDIA B300 SXM6 AC, 18 links each): healthy by its part; the same
+    # with GPU 2's links all inactive is a fault, not "a dead fabric cannot be told" (issue 33).
+    f = nvlink({STATUS: B300_NVLINK}, "generic")
+    assert f.status is Status.PASS and f.summary.startswith("7 GPUs x 18 links active [the B300 SXM6 (NVLink5)")
+    dead = nvlink({STATUS: links_unretrievable(B300_NVLINK, [2])}, "generic")
+    assert dead.status is Status.FAIL and dead.summary.startswith("GPU2 (NVIDIA B300 SXM6 AC): all links inactive")
