@@ -38,13 +38,13 @@ def _status(check: str, probes: dict) -> tuple[Status, str]:
 
 
 def test_the_real_node_passes_these_checks_to_begin_with():
-    for check in ("xid", "pcie-link", "nccl-all-reduce", "gpu-inventory"):
+    for check in ("xid", "pcie-link", "pcie-errors", "nccl-all-reduce", "gpu-inventory"):
         assert _status(check, _node())[0] is Status.PASS, check
 
 
 def test_random_bytes_as_the_kernel_log_are_unreadable_not_healthy():
     noise = random.Random(18).randbytes(4096)
-    for check in ("xid", "mlx5-kernel-log", "pcie-link"):
+    for check in ("xid", "mlx5-kernel-log", "pcie-link", "pcie-errors"):
         status, summary = _status(check, _node(kernel_log=noise))
         assert status is Status.ERROR, (check, summary)
         assert "not a kernel log" in summary, check

@@ -3,8 +3,8 @@ layers (tests/golden/examples/*.json, written by `preflight analyze` on the comm
 reorganisation): the same host verdicts, findings and diagnoses, field for field. A new check
 adds its findings here, and only those: soak-sdc's SKIP on the soak examples (recorded before
 the burn checked its results), the DCGM (diagnostics, host engine, health watches), IB-counter,
-clock-events and fabric-rails (its fleet SKIP: not run outside `preflight fabric`) checks' on the
-fleet example."""
+clock-events, fabric-rails (its fleet SKIP: not run outside `preflight fabric`) and pcie-errors
+(issue 33) checks' on the fleet example."""
 
 import json
 from pathlib import Path
