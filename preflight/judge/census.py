@@ -78,6 +78,9 @@ class GpuCensus:
     # Why a source that lists GPUs was not taken as counting them (an nvidia-smi -q excerpt or
     # selection, an nvlink --status excerpt), in words, for the checks to say.
     uncounted: tuple[str, ...] = ()
+    # How many GPUs an nvidia-smi -q says the node has where it lists only some ("Attached GPUs : 8"
+    # above the one section of `-q -i 0`): what platform this is, not a count a check may pass.
+    attached: int | None = None
 
     @property
     def model(self) -> str | None:
@@ -102,6 +105,7 @@ def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
     counts: list[SourceCount] = []
     named: list[tuple[str, tuple[str, ...]]] = []
     uncounted: list[str] = []
+    attached = None
     if smi is not None:
         probe, report = smi
         if report.counts_gpus:
@@ -111,6 +115,7 @@ def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
             # it names the model, and the count comes from another view (or none). (A report cut
             # short is not counted either; its cut is said by the checks through ``smi_cut``.)
             uncounted.append(report.partial)
+            attached = report.attached_gpus if report.selection else None
         named.append((probe, tuple(g.name for g in report.gpus if g.name)))
     if nvlink is not None and nvlink.gpus:
         named.append(("nvidia-smi-nvlink-status", tuple(g.name for g in nvlink.gpus if g.name)))
@@ -136,4 +141,4 @@ def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
     model_probe, models = next(((p, m) for p, m in named if m), (None, ()))
     return GpuCensus(first.count if first else None, first.probe if first else None,
                      models, model_probe, pci_ids, tuple(counts), tuple((p, m) for p, m in named if m),
-                     tuple(u for u in uncounted if u))
+                     tuple(u for u in uncounted if u), attached)

@@ -218,7 +218,7 @@ def detect(profiles: dict[str, Profile], gpu_names: list[str], *, source: str | 
                 f"{count} x {model}{where} is not a {p.name} (needs at least {min_gpus} GPUs): "
                 "generic checks only"
             )
-        counted = f", {count} GPUs counted" if count != len(gpu_names) else ""
+        counted = f", {count} GPUs on the node" if count != len(gpu_names) else ""
         return p.chosen(f"detected from GPU model {model!r}{where}{counted}")
     return profiles[GENERIC].chosen(f"no profile matches {model!r}{where}: generic checks only")
 

@@ -84,3 +84,20 @@ def test_a_healthy_whole_listing_of_the_same_kind_is_not_flagged():
     assert found["gpu-inventory"].summary.startswith("8 x NVIDIA H100 80GB HBM3 (driver 590.48.01")
     assert "not_counted" not in found["gpu-inventory"].data
     assert found["fabric-manager"].status is Status.PASS
+
+
+def test_a_selection_is_judged_on_the_platform_its_attached_gpus_line_names(tmp_path):
+    # A site's own profile for its 8 x H800 boards (no H800 profile ships): `-q -i 0` lists one GPU,
+    # but "Attached GPUs : 8" says which platform this is, so min_gpus 2 is met and the board's
+    # profile is chosen; the count itself stays unjudged.
+    from preflight.knowledge.profiles import load_profiles
+
+    site = tmp_path / "site-h800.yaml"
+    site.write_text("id: site-h800\nname: site 8 x H800 board\nmatch:\n  gpu_name: 'H800'\n  min_gpus: 2\n"
+                    "gpu:\n  count: 8\nnvlink:\n  fabric_manager: true\n")
+    records = {SMI: result(SMI, H800_Q_I0)}
+    j = judge_host("node1", records, CHECKS, load_profiles([site]))
+    assert j.profile.id == "site-h800" and j.profile.why == "detected from GPU model 'NVIDIA H800', 8 GPUs on the node"
+    found = {f.check: f for f in j.findings}
+    assert found["gpu-inventory"].status is Status.SKIP
+    assert found["fabric-manager"].summary.startswith("fabric registered on the 1 GPU(s) listed")

@@ -87,5 +87,5 @@ def test_dcgmi_discovery_names_and_counts_where_no_nvidia_smi_view_is_there():
 def test_min_gpus_is_held_to_the_count_not_to_the_names_of_an_excerpt():
     # One H100 named (an excerpt of -q) on a node that counts 8: the HGX H100 profile, said so.
     chosen = detect(PROFILES, ["NVIDIA H100 80GB HBM3"], gpu_count=8)
-    assert chosen.id == "hgx-h100" and chosen.why == "detected from GPU model 'NVIDIA H100 80GB HBM3', 8 GPUs counted"
+    assert chosen.id == "hgx-h100" and chosen.why == "detected from GPU model 'NVIDIA H100 80GB HBM3', 8 GPUs on the node"
     assert detect(PROFILES, ["NVIDIA H100 80GB HBM3"]).id == "generic"
