@@ -79,7 +79,8 @@ class GpuCensus:
     # selection, an nvlink --status excerpt), in words, for the checks to say.
     uncounted: tuple[str, ...] = ()
     # How many GPUs an nvidia-smi -q says the node has where it lists only some ("Attached GPUs : 8"
-    # above the one section of `-q -i 0`): what platform this is, not a count a check may pass.
+    # above the one section of `-q -i 0`, or of an output cut after it): what platform this is, not
+    # a count a check may pass.
     attached: int | None = None
 
     @property
@@ -110,6 +111,8 @@ def gpu_census(smi: tuple[str, SmiReport] | None, nvlink: NvlinkStatus | None,
         probe, report = smi
         if report.counts_gpus:
             counts.append(SourceCount(probe, len(report.gpus)))
+        elif report.cut is not None:
+            attached = report.attached_gpus  # the header came before the cut
         elif report.partial:
             # An excerpt or a selection (-i) lists the GPUs someone chose to show, not the node's:
             # it names the model, and the count comes from another view (or none). (A report cut

@@ -89,3 +89,18 @@ def test_min_gpus_is_held_to_the_count_not_to_the_names_of_an_excerpt():
     chosen = detect(PROFILES, ["NVIDIA H100 80GB HBM3"], gpu_count=8)
     assert chosen.id == "hgx-h100" and chosen.why == "detected from GPU model 'NVIDIA H100 80GB HBM3', 8 GPUs on the node"
     assert detect(PROFILES, ["NVIDIA H100 80GB HBM3"]).id == "generic"
+
+
+def test_a_cut_report_counts_nothing_but_its_header_says_the_platform():
+    # The 8-GPU H200 text -q (tests/derived.py, from the real capture) as the probe's own command
+    # left it when it stopped after GPU 1: no count, but "Attached GPUs : 8" names the board.
+    from derived import h200_node_text
+
+    from preflight.parse.nvidia_smi import asked_for_every_gpu, parse_smi_text
+    text = h200_node_text(8)
+    third = text.index("GPU 00000000:", text.index("GPU 00000000:", text.index("GPU 00000000:") + 1) + 1)
+    report = asked_for_every_gpu(parse_smi_text(text[:third]), xml=False)
+    assert report.cut and len(report.gpus) == 2
+    census = gpu_census(("nvidia-smi-q", report), None, None, None)
+    assert (census.count, census.attached, census.uncounted) == (None, 8, ())
+    assert detect(PROFILES, list(census.models), gpu_count=census.attached).id == "hgx-h200"
