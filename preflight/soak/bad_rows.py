@@ -15,10 +15,12 @@ and keeps the ones it wants afterwards.
 
 from __future__ import annotations
 
+import csv
 import re
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
@@ -29,17 +31,39 @@ _SKIPPED = re.compile(r"Skipping line (\d+): expected (\d+) fields?, saw (\d+)")
 def collected(into: list[tuple[int, int, int]]) -> Iterator[None]:
     """Within the block, the parser's "Skipping line" warnings go into ``into`` as (line,
     expected, seen) and are not shown; other warnings pass through as they were."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            yield
-        finally:
-            for w in caught:
-                found = _SKIPPED.findall(str(w.message))
-                if found:
-                    into.extend((int(a), int(b), int(c)) for a, b, c in found)
-                else:
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as recorded:
+            warnings.simplefilter("always")
+            try:
+                yield
+            finally:
+                caught = list(recorded)
+    finally:
+        # Outside the recording block: a warning passed on there would be recorded again.
+        for w in caught:
+            found = _SKIPPED.findall(str(w.message))
+            if found:
+                into.extend((int(a), int(b), int(c)) for a, b, c in found)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def leading(path: Path, width: int) -> list[tuple[int, int, int]]:
+    """The data lines at the top of the file, up to the first that is not, with more cells than
+    the header's ``width``, as (line, expected, seen). pandas reports a long line as a bad one
+    everywhere but as the first data line, where it takes the extra cell for an index column and
+    shifts every column of the file by one without a word: such lines are skipped before it
+    parses (``skiprows``)."""
+    found: list[tuple[int, int, int]] = []
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        next(reader, None)  # the header
+        for row in reader:
+            if len(row) <= width:
+                break
+            found.append((reader.line_num, width, len(row)))
+    return found
 
 
 def file_lines(rows: np.ndarray, skipped: Iterable[int]) -> np.ndarray:

@@ -359,9 +359,10 @@ def _chunks(path: Path, columns: Sequence[str], notes: list[str],
         # Blank lines are kept (as all-empty rows) so that row i is line i + 2, less the lines
         # skipped for having more cells than the header (bad_rows.py). Every column is parsed, as
         # only then does the parser find those lines; the ones not wanted go chunk by chunk.
+        skipped = bad_rows.leading(path, len(header))
         options = dict(dtype={"host": str, "metric": str}, keep_default_na=False, encoding="utf-8",
-                       na_values=numeric_na, skip_blank_lines=False, on_bad_lines="warn")
-        skipped: list[tuple[int, int, int]] = []
+                       na_values=numeric_na, skip_blank_lines=False, on_bad_lines="warn", index_col=False,
+                       skiprows=[line - 1 for line, _, _ in skipped] or None)
         with pd.read_csv(path, chunksize=CHUNK_ROWS, **options) as reader:
             pending = None
             while True:

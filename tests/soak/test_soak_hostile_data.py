@@ -261,3 +261,31 @@ def test_an_events_row_with_more_cells_is_not_read_and_named(soak):
     assert [r["data"] for r in rows] == ["79", "48"]
     assert notes == ["events.csv: 1 row not read, with more cells (9) than the header's 5 (a line cut off mid-write "
                      "with the next appended to it?): line 3; not judged and not counted as covered time"]
+
+
+def test_a_first_row_with_more_cells_shifts_no_column(soak):
+    # pandas takes one cell too many on the first data line for an index and shifts every column:
+    # the run-on line 2 is named like any other, and line 3's sample is read as it was written.
+    third = (soak / "telemetry.csv").read_text().split("\n")[2].split(",")
+    _run_on(soak, range(2, 3))
+    for columns in (None, ANALYSIS_COLUMNS):
+        data = read_soak(soak, columns=columns)
+        assert len(data.telemetry) == 302 and "line 2;" in data.notes[0]
+        first = data.telemetry.iloc[0]
+        assert (first["time"], first["host"], int(first["gpu"])) == (float(third[0]), third[1], int(third[2]))
+    _edit_cell(soak, 100, "temperature_c", "inf")
+    with pytest.raises(SoakDataError, match=r"telemetry\.csv:100: temperature_c: "):
+        read_soak(soak, columns=ANALYSIS_COLUMNS)
+
+
+def test_the_parsers_other_warnings_pass_through_once():
+    # Only pandas' "Skipping line" warnings are taken; any other is passed on, once, after the parse
+    # (passed on inside the recording block it was recorded again, without end).
+    from preflight.soak import bad_rows
+
+    into: list[tuple[int, int, int]] = []
+    with pytest.warns(UserWarning, match="another warning") as seen:
+        with bad_rows.collected(into):
+            warnings.warn("Skipping line 5: expected 3 fields, saw 4\n", stacklevel=1)
+            warnings.warn("another warning", stacklevel=1)
+    assert into == [(5, 3, 4)] and len(seen) == 1
