@@ -163,7 +163,10 @@ def _profile_for(ctx: HostContext, profiles: dict[str, Profile], forced: str | N
     # -q is the usual source and keeps its short reason; any other one is named.
     source = None if census.model_probe in (None, "nvidia-smi-q-x", "nvidia-smi-q") \
         else COMMANDS[census.model_probe]
-    return detect(profiles, list(census.models), source=source, pci_device_ids=census.pci_device_ids)
+    # The platform is known from the GPUs counted, else from how many a selection says there are.
+    count = census.count if census.count is not None else census.attached
+    return detect(profiles, list(census.models), source=source, pci_device_ids=census.pci_device_ids,
+                  gpu_count=count)
 
 
 def _finding(check: Check, host: str | None, o: Outcome) -> Finding:

@@ -232,10 +232,11 @@ def soak_context(data: SoakData, thresholds: Thresholds = DEFAULT_THRESHOLDS,
     for host in hosts:
         if by_host[host]:
             notes += gpu_verdicts.gap_notes(host, by_host[host])
+    events = read_events(data.path, notes)
     return SoakContext(
         data=data, thresholds=th, hosts=hosts,
         gpus={h: tuple(by_host[h]) for h in hosts},
         trends={h: tuple(throughput_trends(thr_by_host[h], th)) if h in thr_by_host else () for h in hosts},
         telemetry=tele_by_host.only(h for h in hosts if by_host[h]),
         throughput=_EveryHost(thr_by_host, hosts, thr.iloc[:0]),
-        no_telemetry=no_telemetry, events=read_events(data.path), notes=tuple(notes), ib_readings=ib_readings)
+        no_telemetry=no_telemetry, events=events, notes=tuple(notes), ib_readings=ib_readings)

@@ -60,8 +60,9 @@ def test_checks_json_has_every_check_with_what_it_reads(capsys):
     assert [c["id"] for c in got] == [c.id for c in load_checks()]
     [nvlink] = [c for c in got if c["id"] == "nvlink"]
     assert nvlink == {"id": "nvlink", "scope": "host", "summary": nvlink["summary"],
-                      "facts": ["nvlink_status", "topo"],
-                      "probes": ["nvidia-smi-topo", "nvidia-smi-nvlink-status"], "source": "checks/nvlink.py"}
+                      "facts": ["nvlink_status", "topo", "gpu_census"],
+                      "probes": ["nvidia-smi-q-x", "nvidia-smi-q", "nvidia-smi-topo", "nvidia-smi-nvlink-status"],
+                      "source": "checks/nvlink.py"}
     assert all(p in PROBES for c in got for p in c["probes"])
 
 

@@ -228,7 +228,8 @@ def test_one_wrong_value_fails_even_on_a_single_gpu():
     assert row in H200_1GPU
     f = judge(probe_output([(H200_1GPU.replace(row, row[:-1] + "1"), 0, 9)], gpus=1), "hgx-h200")
     assert (f.status, f.symptoms) == (Status.FAIL, ("nccl-data-corruption",))
-    assert f.summary.startswith("wrong results: 1 wrong values at 2 GiB in repetition(s) 1; single GPU")
+    assert f.summary.startswith("wrong results: 1 wrong values at 2 GiB in repetition(s) 1; the run used 1 GPU "
+                                "where a NVIDIA HGX H200 8-GPU has 8")
     assert f.evidence[0].excerpt.startswith("2147483648")
 
 

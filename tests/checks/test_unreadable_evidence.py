@@ -287,7 +287,10 @@ def _text_cut_after_gpu_2() -> str:
 
 
 def test_a_text_report_cut_short_is_not_gpu_missing_and_passes_no_gpu():
-    probes = {"nvidia-smi-q": _text_cut_after_gpu_2(), "nvidia-smi-nvlink-status": _out("nvidia-smi-nvlink-status")}
+    # The probe's own command asked for every GPU (no -i), so a listing that stops between two
+    # GPUs broke off; a pasted file with no command could be a selection (test_census.py).
+    cut = result("nvidia-smi-q", _text_cut_after_gpu_2(), command=("nvidia-smi", "-q"))
+    probes = {"nvidia-smi-q": cut, "nvidia-smi-nvlink-status": _out("nvidia-smi-nvlink-status")}
     host = make_host(probes, "hgx-h200")
     [f] = run_check("gpu-inventory", host)
     assert f.status is Status.ERROR and f.symptoms == ("probe-truncated",), f.summary
