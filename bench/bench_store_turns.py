@@ -3,6 +3,7 @@
 alternately, so that both meet the same machine load.
 
     python3 bench/bench_store_turns.py --keep DIR --before TREE [--after TREE] [--rounds 3] [--no-fleet]
+                                       [--engines sqlite,postgresql] [--store history]
 
 TREE: a checkout (a git worktree of the commit to compare). Per engine and command, the median
 wall seconds of the rounds, and every round's. Each tree's Python reads its own bytecode cache,
@@ -34,6 +35,8 @@ def main() -> None:
     p.add_argument("--after", type=Path, default=ROOT)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--no-fleet", action="store_true")
+    p.add_argument("--engines", default=",".join(URLS), help="which of sqlite,postgresql (default both)")
+    p.add_argument("--store", default="history", help="the fleet store's name under --keep (default history)")
     args = p.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
@@ -51,10 +54,10 @@ def main() -> None:
     commands = {k: v for k, v in COMMANDS.items() if not (args.no_fleet and k.startswith("fleet"))}
     times: dict[tuple[str, str, str], list[float]] = {}
     for r in range(args.rounds):
-        for engine, url in URLS.items():
+        for engine, url in ((e, URLS[e]) for e in args.engines.split(",")):
             for tree in trees:
                 for name, argv in commands.items():
-                    store = "history" if name.startswith("fleet") else "node100000"
+                    store = args.store if name.startswith("fleet") else "node100000"
                     times.setdefault((engine, name, tree), []).append(
                         run(tree, [*argv, "--db", url.format(keep=args.keep, name=store)]))
         print(f"round {r + 1} of {args.rounds} done, load average {os.getloadavg()[0]:.1f}", flush=True)

@@ -45,8 +45,9 @@ class LinkStates:
     active: int  # links up over the judged GPUs
 
 
-def judge_states(gpus) -> LinkStates:
-    """Link-state faults among ``NvlinkGpu`` records that have NVLink."""
+def judge_states(gpus, shapes: dict[int | None, str] | None = None) -> LinkStates:
+    """Link-state faults among ``NvlinkGpu`` records that have NVLink. ``shapes``: each GPU's form
+    factor where other evidence told it (checks/_nvlink_part.py); else its own name's."""
     with_links = [g for g in gpus if g.links or g.reason == "all-links-inactive"]
     most_up: dict[str | None, int] = defaultdict(int)
     for g in with_links:
@@ -59,7 +60,7 @@ def judge_states(gpus) -> LinkStates:
         if not inactive and g.reason != "all-links-inactive":
             continue
         label = f"GPU{g.index}"
-        shape = form_factor(g.name)
+        shape = (shapes or {}).get(g.index) or form_factor(g.name)
         peers_up = most_up[g.name] > g.active_count
         what = (f"all links inactive ({g.message})" if g.reason == "all-links-inactive"
                 else f"{len(inactive)} of {len(g.links)} links inactive (link {', '.join(map(str, inactive))})")

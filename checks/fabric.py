@@ -36,6 +36,7 @@ from trusting it.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from preflight.check import error, fail, host_check, ok, skip
 from preflight.judge.context import EvidenceMissing
@@ -57,13 +58,15 @@ def fabric_manager(host):
     if not (has_fm or profile.get("nvlink.check_fabric_state")):
         return _explicit_failures(host)
     gpus = host.smi.gpus
-    if len(gpus) < 2:
-        return skip(f"{len(gpus)} GPU: NVSwitch fabric not applicable (NVML reports no fabric for a lone GPU)")
+    partial = host.smi.partial
+    if len(gpus) < 2 and partial is None:
+        return skip(_lone_gpu(host.profile, len(gpus)))
     clique_required = bool(profile.get("nvlink.fabric_clique_required"))
     register_action = _register_action(host, has_fm)
 
     if not any(g.fabric and g.fabric.state for g in gpus):
         summary = f"NVML reports no fabric state (N/A) on any of the {len(gpus)} GPUs"
+        summary += f" ({partial})" if partial else ""
         evidence = [_evidence(host, {("State", "N/A")})]
         if clique_required:
             return fail(summary + ": the GPUs did not join the NVLink fabric" + _links_note(host),
@@ -107,11 +110,27 @@ def fabric_manager(host):
                              evidence=[_evidence(host, unhealthy)],
                              action=HEALTH_ACTION, data={"problems": degraded}))
     if outcomes:
-        return outcomes
+        # A fault of a GPU listed is one whatever the others are; the summary says they were not seen.
+        return [replace(o, summary=f"{o.summary}; {partial}") for o in outcomes] if partial else outcomes
     first = gpus[0].fabric
     clique = (f", CliqueId {first.clique_id}, ClusterUUID {first.cluster_uuid}"
               if clique_required else "")
+    if partial:
+        # The GPUs listed are not the node's: their fabric is fine, the others' unknown.
+        return skip(f"fabric registered on the {len(gpus)} GPU(s) listed (State Completed, Status Success{clique}); "
+                    f"the node's other GPUs not judged: {partial}")
     return ok(f"fabric registered on {len(gpus)} GPUs (State Completed, Status Success{clique})")
+
+
+def _lone_gpu(profile, listed: int) -> str:
+    """Why one GPU is not judged, in words that agree with the profile chosen: a platform of several
+    GPUs (HGX: 8) is not called one where a lone GPU would be "not applicable"."""
+    lone = "NVML reports no fabric for a lone GPU"
+    expected = profile.gpu_count
+    if isinstance(expected, int) and expected > listed:
+        return (f"{listed} GPU listed where a {profile.name} has {expected} (gpu-inventory judges the count): "
+                f"NVSwitch fabric not judged ({lone})")
+    return f"{listed} GPU: NVSwitch fabric not applicable ({lone})"
 
 
 EXPLICIT_ACTION = ("the driver reports the GPU's fabric registration failed: on an HGX board check "

@@ -28,15 +28,20 @@ def group_summary(values: dict[str, str], noun: str) -> str:
     return ", ".join(parts)
 
 
-def compare(reports: dict, fields: dict, verdict, symptom: str, unreadable: dict | None = None):
+def compare(reports: dict, fields: dict, verdict, symptom: str, unreadable: dict | None = None,
+            follows: dict | None = None):
     """One outcome per host: pass where every field matches the fleet's majority. ``unreadable``:
-    noun -> a function saying where that field of a report was unreadable (None: it was not)."""
+    noun -> a function saying where that field of a report was unreadable (None: it was not).
+    ``follows``: noun -> the noun whose value brings it along (CUDA -> driver: nvidia-smi prints the
+    CUDA version of its driver); a host off in both is told to move the one it follows only."""
     unreadable = unreadable or {}
+    follows = follows or {}
     garbled = {h: [f"{noun} unreadable ({where})" for noun, why in unreadable.items() if (where := why(smi))]
                for h, smi in reports.items()}
     odd: dict[str, list[str]] = {h: [] for h in reports}
     actions: dict[str, list[str]] = {h: [] for h in reports}
     groups = []
+    off: dict[str, set[str]] = {h: set() for h in reports}
     for noun, read in fields.items():
         values = {h: v for h, smi in reports.items() if (v := read(smi))}
         if len(set(values.values())) <= 1:
@@ -46,7 +51,9 @@ def compare(reports: dict, fields: dict, verdict, symptom: str, unreadable: dict
         for h, v in values.items():
             if v != majority:
                 odd[h].append(f"{noun} {v}, the fleet runs {majority}")
-                actions[h].append(f"move {h} to {noun} {majority} (it runs {v})")
+                off[h].add(noun)
+                if follows.get(noun) not in off[h]:
+                    actions[h].append(f"move {h} to {noun} {majority} (it runs {v})")
     fleet_view = "; ".join(groups)
     for host in reports:
         if garbled[host] and not odd[host]:
@@ -68,7 +75,7 @@ def driver_consistency(fleet):
     return list(compare(reports, {"driver": lambda s: s.driver_version, "CUDA": lambda s: s.cuda_version},
                         fail, "driver-version-drift",
                         {"driver": lambda s: _header_unreadable(s, "driver_version"),
-                         "CUDA": lambda s: _header_unreadable(s, "cuda_version")}))
+                         "CUDA": lambda s: _header_unreadable(s, "cuda_version")}, follows={"CUDA": "driver"}))
 
 
 def _header_unreadable(smi, field: str) -> str | None:

@@ -8,6 +8,11 @@ the bus the driver lost). Driver and CUDA versions are known only from ``-q``. A
 lspci alone can fail a node (fewer GPUs on the bus than the platform has) but never pass it,
 and is not used at all when nvidia-smi ran and failed: then the driver's view is unknown.
 
+An ``nvidia-smi -q`` that does not say it lists every GPU (no "Attached GPUs" line, or fewer
+GPUs than that line counts with none said to be unreachable: an excerpt, or ``-q -i 0``) counts
+nothing either: its GPUs name the model, the count comes from another view, and the summary says
+why nvidia-smi -q was not counted.
+
 An ``nvidia-smi -q -x`` (or ``-q``) that broke off part-way (the tool died mid-way, or the capture was cut)
 is a finding of its own, whatever the count: it counts nothing (the GPUs before the cut are not
 the node's GPUs), so the count comes from another view, and the verdict is never a PASS: a WARN
@@ -66,9 +71,11 @@ def _inventory(host):
             "cuda_version": smi.cuda_version if smi else None, "profile": host.profile.id}
     if census.count_probe not in ("nvidia-smi-q-x", "nvidia-smi-q"):
         data["counted_by"] = census.count_probe  # -q, the usual source, is left unsaid
+    if census.uncounted:
+        data["not_counted"] = list(census.uncounted)
     if census.count is None:
         return skip(f"{', '.join(models) or 'GPU model'} named in {census.model_probe}, but no "
-                    f"evidence counts the GPUs ({versions})", data=data)
+                    f"evidence counts the GPUs ({versions})" + "".join(f"; {u}" for u in census.uncounted), data=data)
     seen = census.count
     on_bus_only = census.count_probe == "lspci"
     if on_bus_only and smi_why is not None and smi_why.collected:
@@ -115,4 +122,8 @@ def _source(census) -> str:
     others = census.disagreements()
     if census.count_probe in ("nvidia-smi-q-x", "nvidia-smi-q") and not others:
         return ""
-    return f"counted by {_command(census)}" + (f", while {', '.join(others)}" if others else "") + "; "
+    # Where nvidia-smi -q listed GPUs it does not say are all (an excerpt, a selection), say why
+    # its number was not the count, so that a reader does not hold the two against each other.
+    not_counted = "".join(f" ({u})" for u in census.uncounted)
+    return (f"counted by {_command(census)}" + (f", while {', '.join(others)}" if others else "")
+            + not_counted + "; ")

@@ -259,8 +259,15 @@ def _judge_bandwidth(host, passed: list[Repetition], v: _Verdict) -> bool:
     nranks = Counter(run.nranks for run in runs).most_common(1)[0][0]
     v.data["nranks"] = nranks
     if nranks == 1:
-        v.add("info", f"single GPU: bandwidth not applicable ({len(passed)} of "
-                      f"{v.data['repetitions']} repetitions completed)")
+        done = f"{len(passed)} of {v.data['repetitions']} repetitions completed"
+        expected = host.profile.gpu_count
+        if isinstance(expected, int) and expected > 1:
+            # A board of several GPUs (the profile chosen) is not a single-GPU node: say the run
+            # was, and leave the count to gpu-inventory (issue 33).
+            v.add("info", f"the run used 1 GPU where a {host.profile.name} has {expected} (gpu-inventory judges "
+                          f"the count): bandwidth not judged ({done})")
+        else:
+            v.add("info", f"single GPU: bandwidth not applicable ({done})")
         return True
     largest = max(largest_row(run).size_bytes for run in runs)
     figures = [(rep.number, _busbw(largest_row(run))) for rep, run in zip(passed, runs, strict=True)

@@ -20,9 +20,13 @@ hybrid cube mesh mixes NV1/NV2 by design), so there only the link states that ar
 any platform are judged: an SXM GPU with some links up and others inactive, or a GPU with fewer
 links up than a peer of its model; PCIe cards with NVLink bridges leave links inactive by
 design and are never failed for it (checks/_link_states.py). Where every GPU's product name is
-an SXM part of ``playbooks/nvlink_parts.yaml`` (V100/A100/A800-SXM, H100/H200/H800 SXM, B200),
+an SXM part of ``playbooks/nvlink_parts.yaml`` (V100/A100/A800-SXM, H100/H200/H800 SXM, B200, B300),
 the part itself is the expectation: it has NVLink, so all links inactive is a fault (not "no
 expectation"), and where the table gives the part's link count, fewer links listed is one too.
+The part is learnt from the GPU's own ``nvlink --status`` header, else from any other probe naming
+the node's GPUs (checks/_nvlink_part.py), and one GPU whose links are down is judged by it.
+With a profile of several GPUs, one GPU listed is judged against the profile's figures and never
+called "not applicable"; a clean one is a SKIP naming the board (the count is gpu-inventory's).
 Either probe alone is enough to judge; with both missing the check cannot tell.
 On B300 the links train in hardware whatever the fabric state, so all-active links do not
 prove the fabric usable there: the ``fabric-manager`` check judges that side.
@@ -35,10 +39,10 @@ from itertools import combinations
 
 from preflight.check import error, fail, host_check, ok, skip
 from preflight.judge.context import EvidenceMissing
-from preflight.knowledge.nvlink_parts import NvlinkPart, part_of
 from preflight.model import Evidence
 
 from ._link_states import judge_states
+from ._nvlink_part import GpuPart, common_part, parts_of, said
 
 STATUS = "nvidia-smi-nvlink-status"
 TOPO = "nvidia-smi-topo"
@@ -53,7 +57,7 @@ _GPU_LINE = re.compile(r"\s*GPU (\d+):")
 _LINK_LINE = re.compile(r"\s*Link (\d+):")
 
 
-@host_check("nvlink", facts=["nvlink_status", "topo"],
+@host_check("nvlink", facts=["nvlink_status", "topo", "gpu_census"],
             summary="NVLink links active at full count and speed; NV# between every GPU pair")
 def nvlink(host):
     profile = host.profile
@@ -72,15 +76,24 @@ def nvlink(host):
     if gpus and reasons == {"no-nvlink"}:
         return skip(f"{gpus[0].name or 'this GPU'} has no NVLink ({gpus[0].message})")
     count = len(gpus) or (len(topo.gpus) if topo else 0)
+    lone = None
     if count == 1:
-        return skip("1 GPU: NVLink not applicable")
+        expected = profile.gpu_count
+        if not (isinstance(expected, int) and expected > 1):
+            return skip("1 GPU: NVLink not applicable")
+        # The profile is a board of several GPUs: one listed is not "not applicable" there. Its
+        # links are judged against the board's figures when it lists them; the count is
+        # gpu-inventory's to judge.
+        lone = f"1 GPU listed where a {profile.name} has {expected} (gpu-inventory judges the count)"
+        if not any(g.links or g.reason == "all-links-inactive" for g in gpus):
+            return skip(f"{lone}: NVLink not judged")
     if count == 0:
         why = f" ({topo_missing})" if topo_missing else ""
         return error(f"cannot judge: nvidia-smi nvlink --status listed no GPU and the topology is missing{why}")
 
     speed = profile.get("nvlink.link_speed_gbs")
     problems: list[str] = []
-    notes: list[str] = []
+    notes: list[str] = [lone] if lone else []
     bad_links: dict[int, set[int] | None] = {}
     judged_gpus = _judge_links(gpus, want_links, speed, problems, notes, bad_links)
     if status is not None and not gpus:
@@ -117,6 +130,9 @@ def nvlink(host):
         # docs/sources.md §2, B300 caveat: ALI trains links in hardware whatever the fabric state.
         notes.append("active links alone do not prove the fabric usable on this platform "
                      "(see fabric-manager)")
+    if lone:
+        # One GPU of a board judged whole is no pass of the board's NVLink.
+        return skip("; ".join(parts + notes) + "; the board's other GPUs not shown, so not judged", data=data)
     return ok("; ".join(parts + notes), data=data)
 
 
@@ -133,10 +149,14 @@ def _without_figures(host, status, missing):
     if not gpus or reasons <= {"mig-mode", "no-nvlink", "error"}:
         return skip(f"no NVLink expectation for this platform, and no link states to judge: {why}")
     excerpt = " (a pasted excerpt: other GPUs not shown)" if status.excerpt else ""
-    part = _common_part(gpus)
-    if part is not None and (len(gpus) > 1 or status.excerpt):
+    parts = parts_of(gpus, host.optional("gpu_census"))
+    part = common_part(parts)
+    # One GPU whose links are all up is a VM slice or a lone card (not judged below); one whose
+    # links are down is judged by its part, which has NVLink whatever else the node has.
+    faulty = any(g.reason == "all-links-inactive" or g.inactive_count for g in gpus)
+    if part is not None and (len(gpus) > 1 or status.excerpt or faulty):
         return _judge_part(host, status, part, excerpt)
-    states = judge_states(gpus)
+    states = judge_states(gpus, {i: p.shape for i, p in parts.items() if p.shape != "unknown"})
     data = {"gpus": len(gpus), "problems": list(states.problems), "by_design": list(states.by_design)}
     if states.problems:
         return fail("; ".join(_capped(list(states.problems))) + excerpt, symptoms=["nvlink-down"],
@@ -153,15 +173,10 @@ def _without_figures(host, status, missing):
               f"topology not judged without a platform figure ({why}){excerpt}", data=data)
 
 
-def _common_part(gpus) -> NvlinkPart | None:
-    """The SXM part every listed GPU is (playbooks/nvlink_parts.yaml), or None."""
-    found = {part_of(g.name) for g in gpus}
-    return found.pop() if len(found) == 1 else None
-
-
-def _judge_part(host, status, part: NvlinkPart, excerpt: str):
+def _judge_part(host, status, gpu_part: GpuPart, excerpt: str):
     """Link states and counts of a node of one SXM part, with no platform profile: the part has
     NVLink (and, where the table says, ``links_per_gpu`` links)."""
+    part = gpu_part.part
     want = part.links_per_gpu
     problems: list[str] = []
     bad: dict[int, set[int] | None] = {}
@@ -186,9 +201,10 @@ def _judge_part(host, status, part: NvlinkPart, excerpt: str):
             bad[g.index] = set(inactive)
     counts = sorted({len(g.links) for g in status.gpus if g.links})
     expected = f"{want} links per GPU" if want else "NVLink (link count not known from a source: not judged)"
-    basis = f"the {part.family} has {expected}, from its form factor; no platform profile matched ({host.profile.why})"
+    basis = (f"the {part.family} has {expected}, from its form factor{said(gpu_part)}; no platform profile "
+             f"matched ({host.profile.why})")
     data = {"gpus": len(status.gpus), "part": part.family, "links_per_gpu": want, "problems": problems,
-            "source": part.source}
+            "source": part.source, "part_named_by": gpu_part.source}
     if problems:
         return fail("; ".join(_capped(problems)) + f" [{basis}]{excerpt}", symptoms=["nvlink-down"],
                     evidence=[Evidence(STATUS, _status_excerpt(host.result(STATUS).text, bad))], data=data,

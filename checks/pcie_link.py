@@ -60,7 +60,8 @@ from preflight.check import error, fail, host_check, ok, skip, warn
 from preflight.judge.context import EvidenceMissing
 from preflight.model import Evidence
 
-_ADDRESS = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?$")
+from ._pci_roles import address_key
+
 _GPU_DEVICE = re.compile(r"(?:3D|VGA compatible) controller: NVIDIA")
 _NIC_DEVICE = re.compile(r"(?:Ethernet|Infiniband|Network) controller: Mellanox")
 BUSY_STATE = "P0"
@@ -68,16 +69,6 @@ GPU_BOOT_SPEED_GTS = 2.5
 ACTION = ("reseat {what} (and the riser or cable to its PCIe switch), check the BIOS PCIe link settings, "
           "then re-run preflight with the GPUs under load; replace the riser/cable or open a service case "
           "if the link stays below capability")
-
-
-def address_key(bdf: str | None) -> str | None:
-    """'00000000:18:00.0', '0000:18:00.0', '0000:18:00' and '18:00.0' -> '0000:18:00': the
-    forms nvidia-smi, the kernel, NVRM and lspci print for the same device (function dropped)."""
-    match = _ADDRESS.match((bdf or "").strip())
-    if not match:
-        return None
-    domain, bus, dev = match.groups()
-    return f"{int(domain or '0', 16):04x}:{bus.lower()}:{dev.lower()}"
 
 
 @dataclass

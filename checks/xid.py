@@ -13,10 +13,14 @@ comes from ``playbooks/xid.yaml`` (NVIDIA's Xid Catalog plus preflight's severit
   an aborted application (info).
 - An Xid the catalog lacks warns (cause ``gpu-xid``): unknown to us is not harmless.
 
-Driver messages that are no Xid line but report the same fault are judged as that Xid: the
-one- or three-line "GPU has fallen off the bus" message as Xid 79, the GSP timeout banner and
-the RPC history / falcon core dumps that follow a GSP timeout as Xid 119, "RmInitAdapter
-failed" as Xid 143. The ``xid-N`` symptom is added only where an Xid line names N.
+Driver messages that are no Xid line are never reported as an Xid the log did not print
+(issue 33). Where the log has an Xid line for the same fault (the "fallen off the bus" message
+beside Xid 79, GSP timeouts and their RPC / falcon dumps beside Xid 119 or 120), they join that
+Xid's finding. Otherwise each is a finding of its own, named as what it is and tied to its GPU
+(``_gpu_driver_messages.py``): GPU fell off the bus (``gpu-fallen-off-bus``), GSP RPC timeout,
+heartbeat timeout or dump (``gpu-gsp-error``), RmInitAdapter / GSP firmware init / attach / FSP
+boot failure (``gpu-init-failed``), GPU not supported by the driver (``gpu-driver-unsupported``);
+all FAIL. The ``xid-N`` symptom is added only where an Xid line names N.
 
 NVSwitch SXids have no catalog in preflight: a Fatal SXid fails the node, a Non-fatal one
 warns, both as NVLink fabric errors (``nvlink-errors``). The driver prints up to three lines
@@ -37,12 +41,19 @@ from preflight.check import fail, host_check, ok, skip, warn
 from preflight.knowledge.xid_catalog import XidEntry, load_xid_catalog
 from preflight.model import Evidence
 
+from ._gpu_driver_messages import (
+    DRIVER_CAUSES,
+    DRIVER_KINDS,
+    driver_action,
+    driver_summary,
+    related_xid,
+    with_devices,
+)
+from ._pci_roles import address_key
+
 PROBE = "kernel-log"
 TEARDOWN = 45  # Xid 45: channel torn down, possibly "caused by previous Xid N"
 RECOVERY = 154
-# Driver messages without an Xid line, judged as the Xid that reports the same fault.
-AS_XID = {"gpu-fallen-off-bus": 79, "gsp-timeout": 119, "gsp-rpc-dump": 119,
-          "gsp-coredump": 119, "gpu-init-failed": 143}
 _NAMES_GPU = re.compile(r"GPU (?:at PCI:)?[0-9a-fA-F]{4}:")
 _STATUS = {"fatal": fail, "error": warn, "info": ok}
 _ORDER = {"fatal": 0, "error": 1, "info": 2}
@@ -54,8 +65,8 @@ EMPTY_JOURNAL = "journalctl reported no entries"  # the parser's note for "-- No
 class _Group:
     """The events of one Xid (or SXid) number, however the driver reported them."""
 
-    kind: str  # "xid" | "sxid"
-    code: int
+    kind: str  # "xid" | "sxid" | "driver" (driver messages without an Xid line)
+    code: int | str  # the Xid or SXid; for "driver", the fault (gsp, init, fallen-off-bus, unsupported)
     events: list = field(default_factory=list)
 
     def xid_lines(self):
@@ -68,7 +79,11 @@ class _Group:
         return [e for e in self.events if e.kind != "xid"]
 
     def devices(self) -> str:
-        seen = list(dict.fromkeys(e.device or "unknown device" for e in self.events))
+        # One GPU printed two ways ("0000:01:00" by a dump, "0000:01:00.0" by RmInitAdapter) is one.
+        forms: dict[str, str] = {}
+        for e in self.events:
+            forms.setdefault(address_key(e.device) or e.device or "unknown device", e.device or "unknown device")
+        seen = list(forms.values())
         more = f" and {len(seen) - 4} more" if len(seen) > 4 else ""
         return ", ".join(seen[:4]) + more
 
@@ -96,13 +111,21 @@ def xid(host):
 
 
 def _group(events) -> list[_Group]:
-    groups: dict[tuple[str, int], _Group] = {}
+    """Xid lines by the Xid they report (Xid 45 by the one that caused it), SXid lines by
+    number, and the driver's Xid-less messages with the Xid line of the same fault when the
+    log has one, else by the fault they are (never by an Xid the log did not print)."""
+    events = with_devices(events)
+    printed = {e.caused_by if e.code == TEARDOWN and e.caused_by else e.code
+               for e in events if e.kind == "xid" and e.code is not None}
+    groups: dict[tuple[str, int | str], _Group] = {}
     for e in events:
         if e.kind == "xid" and e.code is not None:
             code = e.caused_by if e.code == TEARDOWN and e.caused_by else e.code
             key = ("xid", code)
-        elif e.kind in AS_XID:
-            key = ("xid", AS_XID[e.kind])
+        elif e.kind in DRIVER_KINDS:
+            fault, xids = DRIVER_KINDS[e.kind]
+            joined = next((x for x in xids if x in printed), None)
+            key = ("xid", joined) if joined is not None else ("driver", fault)
         elif e.kind == "sxid" and e.code is not None:
             key = ("sxid", e.code)
         else:
@@ -114,6 +137,8 @@ def _group(events) -> list[_Group]:
 def _judge(group: _Group, entry: XidEntry | None) -> tuple[str, _Group, XidEntry | None]:
     # Printed as "Fatal", "Non-fatal" (SXid) or "Nonfatal" (NVLink5 Xids).
     said_fatal = any((e.severity or "").casefold() == "fatal" for e in group.events)
+    if group.kind == "driver":
+        return "fatal", group, None  # every one of them leaves the GPU unusable until reset or reinstall
     if group.kind == "sxid":
         return ("fatal" if said_fatal else "error"), group, None
     if entry is None:
@@ -145,6 +170,8 @@ def _outcome(severity: str, group: _Group, entry: XidEntry | None, lines: list[s
     summary = _summary(severity, group, entry) + (f" ({notes})" if notes else "")
     evidence = [_evidence(group, lines)]
     data = {"code": group.code, "kind": group.kind, "events": len(group.events), "severity": severity}
+    if group.kind == "driver":  # no Xid number: the fault it is, never a code the log did not print
+        data = {"fault": data.pop("code"), **data}
     action = _action(severity, group, entry)
     if severity == "info":
         return verdict(summary, evidence=evidence, data=data, action=action)
@@ -153,6 +180,8 @@ def _outcome(severity: str, group: _Group, entry: XidEntry | None, lines: list[s
 
 def _summary(severity: str, group: _Group, entry: XidEntry | None) -> str:
     count = f"{len(group.events)} line{'s' if len(group.events) != 1 else ''}"
+    if group.kind == "driver":
+        return driver_summary(group.events, group.devices(), count)
     if group.kind == "sxid":
         links = sorted({e.link for e in group.events if e.link is not None})
         on_links = f", link{'s' if len(links) > 1 else ''} {', '.join(map(str, links))}" if links else ""
@@ -175,6 +204,8 @@ def _summary(severity: str, group: _Group, entry: XidEntry | None) -> str:
 def _symptoms(group: _Group, entry: XidEntry | None) -> list[str]:
     if group.kind == "sxid":
         return ["nvlink-errors", f"sxid-{group.code}"]
+    if group.kind == "driver":
+        return [DRIVER_CAUSES[group.code]]
     symptoms = [entry.cause if entry else "gpu-xid"]
     if group.xid_lines() or group.teardowns():
         symptoms.append(f"xid-{group.code}")
@@ -190,6 +221,9 @@ def _action(severity: str, group: _Group, entry: XidEntry | None) -> str | None:
     if entry is not None and entry.action == "IGNORE" and severity != "info":
         return None
     where = f" on {group.devices()}"
+    if group.kind == "driver":
+        xid = related_xid(group.code)
+        return driver_action(group.code, group.devices(), xid, load_xid_catalog().get(xid))
     if group.kind == "sxid":
         if severity == "fatal":
             return (f"SXid {group.code}{where}: drain the node and reboot it so the NVSwitches and GPUs are "

@@ -27,6 +27,12 @@ SLURM_ERROR = "slurm: "
 # reason starts with it is ever resumed by preflight (docs/contracts.md).
 DRAIN_REASON_PREFIX = "preflight:"
 
+# ---- the report ------------------------------------------------------------------------------
+# A host that was not reached has one finding, the `connectivity` check's ERROR, and its data
+# lists under this key the ids of the host checks that did not run (docs/contracts.md §5).
+CONNECTIVITY_CHECK = "connectivity"
+NOT_CHECKED = "not_checked"
+
 # ---- a soak directory ------------------------------------------------------------------------
 SOAK_JSON = "soak.json"
 TELEMETRY_CSV = "telemetry.csv"

@@ -27,8 +27,25 @@ _PASSTHROUGH_XML = "<virtualization_mode>Pass-Through</virtualization_mode>"
 _PASSTHROUGH_TEXT = re.compile(r"(Virtualization Mode\s+: )Pass-Through")
 
 
+# The CUDA version nvidia-smi prints is its driver's (the highest CUDA its libcuda runs, without a
+# forward-compatibility package), so a node put on another driver prints that branch's: R570 runs
+# up to CUDA 12.8 (CUDA 12.8 needs >= 570.26, 12.9 needs >= 575.51.03, 13.0 needs >= 580.65.06:
+# the driver table of the CUDA Toolkit release notes, docs.nvidia.com/cuda/cuda-toolkit-release-notes),
+# and a real 570.195.03 header reads "Driver Version: 570.195.03     CUDA Version: 12.8" (public
+# nvidia-smi captures of that driver); R580, the captures' own driver 580.159.04, 13.0.
+CUDA_OF_BRANCH = {"570": "12.8", "580": "13.0"}
+
+
+def cuda_of(driver: str) -> str | None:
+    """The CUDA version a driver of this branch prints; None for a branch not listed above."""
+    return CUDA_OF_BRANCH.get(driver.split(".")[0])
+
+
 def h200_node_xml(gpus: int = 8, driver: str | None = None, cuda: str | None = None,
                   fabric: bool = True, vm: bool = False) -> str:
+    """The real H200 capture as an ``gpus``-GPU node. ``driver`` alone keeps the capture's CUDA
+    13.0 (the unit tests' drift fixtures and their golden reports were made so); the shipped
+    example's edit (nodes.gpu_driver) sets the driver's own, ``cuda_of``."""
     text = H200_XML.read_text()
     if not vm:
         text = text.replace(_PASSTHROUGH_XML, "<virtualization_mode>None</virtualization_mode>")

@@ -55,6 +55,7 @@ from derived import (
     DOCA31_OFED,
     MLX5_CMD_TIMEOUT_DMESG,
     RECORDED,
+    cuda_of,
     doca_ofed_info,
     h200_node_text,
     h200_node_xml,
@@ -492,10 +493,14 @@ def doca_upgraded(node: SimHost) -> SimHost:
 
 
 def gpu_driver(node: SimHost, version: str = "570.195.03") -> SimHost:
-    """The node on another GPU driver: the driver version in the XML and the text (the edit
-    derived.h200_node_xml / h200_node_text make for it), and in the kernel log's NVRM load line."""
+    """The node on another GPU driver: the driver version in the XML and the text, with the CUDA
+    version that driver prints (derived.cuda_of: 12.8 for R570; the edits derived.h200_node_xml /
+    h200_node_text make for it), and in the kernel log's NVRM load line."""
     xml = re.sub(r"<driver_version>[^<]*<", f"<driver_version>{version}<", _text(node, SMI_X))
     text = re.sub(r"(Driver Version\s+: )\S+", rf"\g<1>{version}", _text(node, SMI_Q))
+    if cuda_of(version):
+        xml = re.sub(r"<cuda_version>[^<]*<", f"<cuda_version>{cuda_of(version)}<", xml)
+        text = re.sub(r"(CUDA Version\s+: )\S+", rf"\g<1>{cuda_of(version)}", text)
     log = _text(node, DMESG).replace("x86_64  580.159.04  Release Build", f"x86_64  {version}  Release Build")
     return _set(node, {SMI_X: xml, SMI_Q: text, DMESG: log})
 

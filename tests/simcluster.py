@@ -358,8 +358,12 @@ def _recordings(host: SimHost) -> dict[str, list[tuple[list[str], list[Reply]]]]
     return by_tool
 
 
-def _write_host(host: SimHost, hostdir: Path, address: str, subnet: int, authorized_keys: Path,
-                shadow: Path | None, rails: int = 1) -> None:
+def write_shims(host: SimHost, hostdir: Path) -> Path:
+    """The host's command shims in ``hostdir/bin`` (returned), with the files they play. Put first
+    on PATH, the directory makes this machine answer as the host does, without a namespace or
+    sshd: how the node-side commands (healthcheck, prolog, run --local) are run on a simulated
+    node by tests and bench/bench_node.py. Its /sys/class stays this machine's."""
+    _check_hosts([host])
     bin_dir, replies_dir, state_dir = hostdir / "bin", hostdir / "replies", hostdir / "state"
     for directory in (bin_dir, replies_dir, state_dir):
         directory.mkdir(parents=True)
@@ -368,6 +372,13 @@ def _write_host(host: SimHost, hostdir: Path, address: str, subnet: int, authori
         shim = bin_dir / tool
         shim.write_text(_shim(host.name, tool, recordings, replies_dir, state_dir, sysfs_dir))
         shim.chmod(0o755)
+    return bin_dir
+
+
+def _write_host(host: SimHost, hostdir: Path, address: str, subnet: int, authorized_keys: Path,
+                shadow: Path | None, rails: int = 1) -> None:
+    write_shims(host, hostdir)
+    sysfs_dir = hostdir / "sysfs"
     home = hostdir / "home"
     home.mkdir()
     (hostdir / "passwd").write_text(_passwd_with_root_home(home))

@@ -30,6 +30,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -67,11 +68,16 @@ class SlurmCluster:
     is not ``down``. After entering: ``conf`` (slurm.conf), ``env`` (for client commands),
     ``nodes`` (names), ``slurm(*argv)`` to run a client command."""
 
-    def __init__(self, sim: SimCluster, workdir: Path, extra_conf: Sequence[str] = ()):
+    def __init__(self, sim: SimCluster, workdir: Path, extra_conf: Sequence[str] = (), gpus: int = 0):
         self.sim = sim
         self.nodes = [h.name for h in sim.hosts if not h.down]
         self.workdir = Path(workdir)
         self.extra_conf = tuple(extra_conf)
+        # gpus > 0: every node has that many GPUs as generic resources (GresTypes=gpu, a
+        # gres.conf whose File= lines are files in the node's own directory; see _gres_conf),
+        # constrained by the devices cgroup where this machine has the v1 controller
+        self.gpus = gpus
+        self.why_unconstrained = why_no_devices_cgroup() if gpus else "no GPUs configured"
         self._procs: dict[str, subprocess.Popen] = {}  # munged, slurmctld
         self._slurmd: dict[str, int] = {}  # node -> slurmd pid (in the node's namespaces)
 
@@ -102,8 +108,11 @@ class SlurmCluster:
         self._start_munged()
         self.port = _free_port()
         self.conf.write_text(self._slurm_conf())
+        if self.gpus:
+            (self.dir / "gres.conf").write_text(self._gres_conf())
         (self.dir / "cgroup.conf").write_text("# slurmcluster: the v1 hierarchy the node's tmpfs offers\n"
-                                              "CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
+                                              "CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n"
+                                              + ("ConstrainDevices=yes\n" if self.constrained else ""))
         log = self.dir / "log" / "slurmctld.log"
         self._procs["slurmctld"] = subprocess.Popen(
             ["/usr/sbin/slurmctld", "-D", "-i", "-f", str(self.conf)], env=self.env,
@@ -150,7 +159,9 @@ class SlurmCluster:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
             "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
+            # With GPUs, task/cgroup: ConstrainDevices=yes (cgroup.conf) denies a step every GPU
+            # it was not given, through the v1 devices controller, as on a real node.
+            "TaskPlugin=" + ("task/cgroup" if self.constrained else "task/none"),
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
@@ -173,11 +184,34 @@ class SlurmCluster:
             "InactiveLimit=0",
             # A launch to a dead slurmd fails after this, not the default 10 s.
             "MessageTimeout=5",
+            *(["GresTypes=gpu"] if self.gpus else []),
             *self.extra_conf,
         ]
+        gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
         for node in self.nodes:
-            lines.append(f"NodeName={node} NodeAddr={self.sim.address(node)} CPUs=2 State=UNKNOWN")
+            lines.append(f"NodeName={node} NodeAddr={self.sim.address(node)} CPUs=2{gres} State=UNKNOWN")
         lines.append(f"PartitionName={PARTITION} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
+        return "\n".join(lines) + "\n"
+
+    @property
+    def constrained(self) -> bool:
+        """Steps see only the GPUs they were given (cgroup.conf ConstrainDevices=yes)."""
+        return self.why_unconstrained is None
+
+    def _gres_conf(self) -> str:
+        """One line per node (slurmd reads gres.conf beside slurm.conf): its GPUs are files of
+        its own directory standing for /dev/nvidia0.., so two nodes never claim the same one.
+        slurmd stats each File= and exports the index of the ones a step gets
+        (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS)."""
+        lines = ["# slurmcluster: each node's GPUs, files of its own directory"]
+        for node in self.nodes:
+            dev = self.sim.workdir_of(node) / "dev"
+            dev.mkdir(exist_ok=True)
+            for i in range(self.gpus):
+                # slurmd wants a character device ("is not a valid character or block device, fix
+                # your gres.conf"): NVIDIA's major, 195, with no driver behind it; never opened.
+                os.mknod(dev / f"nvidia{i}", stat.S_IFCHR | 0o600, os.makedev(195, i))
+            lines.append(f"NodeName={node} Name=gpu File={dev}/nvidia[0-{self.gpus - 1}]")
         return "\n".join(lines) + "\n"
 
     def start_slurmd(self, node: str) -> None:
@@ -211,6 +245,8 @@ class SlurmCluster:
     def _stop(self) -> None:
         for node in list(self._slurmd):
             self.stop_slurmd(node)
+        if self.gpus and self.constrained:
+            _remove_cgroups(self.nodes)
         for name in ("slurmctld", "munged"):
             proc = self._procs.pop(name, None)
             if proc is not None and proc.poll() is None:
@@ -270,6 +306,33 @@ class SlurmCluster:
 
 
 _LIVE: set[SlurmCluster] = set()
+DEVICES_CGROUP = Path("/sys/fs/cgroup/devices")
+
+
+def why_no_devices_cgroup() -> str | None:
+    """Why steps cannot be confined to their GPUs here; None when they can. The nodes get the
+    v1 controllers /proc/cgroups lists as enabled in a hierarchy (start_slurmd), and Slurm
+    22.05's cgroup/v1 plugin confines devices through the v1 ``devices`` controller. On a
+    cgroup v2-only machine the controller sits in the unified hierarchy (hierarchy 0), where
+    Slurm's cgroup/v2 plugin confines devices with eBPF programs and wants a systemd-delegated
+    cgroup for slurmd, which the simulated nodes (no systemd) do not have."""
+    try:
+        rows = [line.split() for line in Path("/proc/cgroups").read_text().splitlines()[1:]]
+    except OSError as exc:
+        return f"cannot read /proc/cgroups: {exc}"
+    if not any(r[0] == "devices" and r[1] != "0" and r[3] == "1" for r in rows if len(r) == 4):
+        return "no cgroup v1 devices controller on this machine (cgroup v2 only)"
+    return None
+
+
+def _remove_cgroups(nodes: Sequence[str]) -> None:
+    """The devices cgroups slurmd made for the nodes (slurm_<node>/uid_*/job_*/step_*) live in
+    this machine's own hierarchy: removed, deepest first, once their processes are gone."""
+    for node in nodes:
+        top = DEVICES_CGROUP / f"slurm_{node}"
+        for root, _dirs, _files in sorted(os.walk(top, topdown=False), key=lambda w: -len(w[0])):
+            with contextlib.suppress(OSError):
+                os.rmdir(root)
 
 
 @atexit.register
@@ -307,14 +370,15 @@ def _wait(done, timeout: float) -> bool:
 
 
 @contextlib.contextmanager
-def slurm_fleet(hosts: Sequence[SimHost], workdir: Path, extra_conf: Sequence[str] = ()) -> Iterator[SlurmCluster]:
+def slurm_fleet(hosts: Sequence[SimHost], workdir: Path, extra_conf: Sequence[str] = (),
+                gpus: int = 0) -> Iterator[SlurmCluster]:
     """A SimCluster of ``hosts`` with Slurm on it, for a module-scoped fixture (mark its tests
     ``root``: the simulated cluster's own requirements are checked by that marker), with
     ``SLURM_CONF`` pointing at it meanwhile. Skips with the reason where the Slurm packages are
     missing."""
     if reason := why_no_slurm():
         pytest.skip(reason)
-    with SimCluster(list(hosts), workdir) as sim, SlurmCluster(sim, workdir, extra_conf) as slurm:
+    with SimCluster(list(hosts), workdir) as sim, SlurmCluster(sim, workdir, extra_conf, gpus) as slurm:
         saved = os.environ.get("SLURM_CONF")
         os.environ["SLURM_CONF"] = str(slurm.conf)  # how preflight's own salloc/srun find this cluster
         try:
@@ -324,3 +388,21 @@ def slurm_fleet(hosts: Sequence[SimHost], workdir: Path, extra_conf: Sequence[st
                 os.environ.pop("SLURM_CONF", None)
             else:
                 os.environ["SLURM_CONF"] = saved
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "slurm"
+STORE_FILE = "/etc/preflight/store.url"
+
+
+def shipped_wrapper(name: str, path: Path, *, store_file: Path, exec_line: str, prelude: str = "") -> Path:
+    """The wrapper the guide ships (examples/slurm/NAME), written to ``path`` as a test cluster
+    runs it: the root-only store file at ``store_file`` instead of /etc/preflight/store.url, its
+    last line (``exec preflight ...``) replaced by ``exec_line``, after ``prelude`` (the test's
+    own PYTHONPATH and SLURM_CONF). Everything else is the shipped file, so the tests run it."""
+    text = (EXAMPLES / name).read_text()
+    assert text.count(STORE_FILE) == 1, f"examples/slurm/{name}: reads {STORE_FILE} once"
+    lines = text.replace(STORE_FILE, str(store_file)).rstrip("\n").split("\n")
+    assert lines[-1].startswith("exec preflight "), f"examples/slurm/{name}: ends with exec preflight"
+    path.write_text("\n".join(lines[:-1] + [prelude.rstrip("\n"), exec_line]) + "\n")
+    path.chmod(0o755)
+    return path

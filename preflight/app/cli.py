@@ -9,6 +9,7 @@ written, with the file, line or option that is wrong.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import replace
@@ -23,21 +24,23 @@ from preflight.app import (
     collective_options,
     dcgm_options,
     drain_cli,
+    extras,
     fabric_cli,
     healthcheck,
+    interrupt,
     lifecycle_cli,
     listing_cli,
     options,
     prolog,
+    run_output,
     soak_cli,
     store_cli,
     sweep_cli,
     targets,
 )
 from preflight.app.errors import INPUT_ERRORS, UsageError
-from preflight.app.progress import RunProgress
-from preflight.app.progress import render as render_progress
-from preflight.app.run import RunRequest, execute, probes_for
+from preflight.app.parser import Parser
+from preflight.app.run import RunRequest, probes_for
 from preflight.collect.dcgm import PROBE_ID as DCGM_PROBE_ID
 from preflight.collect.fanout import ExecPlan
 from preflight.collect.local import local_host_name
@@ -55,13 +58,20 @@ from preflight.judge.figures import HISTORY_FACT
 from preflight.judge.loader import load_checks, select
 from preflight.knowledge.datafile import LONGEST_S, positive
 from preflight.knowledge.profiles import load_profiles
-from preflight.report import diff, json_report, prometheus, terminal
+from preflight.report import consoles, diff, json_report, prometheus
 from preflight.report.diff import ReportError, diff_reports, load_report, render
 from preflight.report.files import write_atomic, write_reports
 from preflight.report.history import digest as history_digest
 
 _positive = positive
 
+
+# --help's description: the module docstring above is for readers of the code.
+DESCRIPTION = ("Health checks for GPU cluster nodes before they serve traffic: probes over SSH or Slurm, "
+               "evidence, verdicts, causes and actions. `preflight COMMAND --help` for each command.")
+
+# The commands whose --json is their result on stdout, their people's output moved to stderr.
+JSON_ON_STDOUT = ("run", "fabric", "analyze", "merge", "diff")
 
 LISTING_NOTE = ("On a terminal, one entry per paragraph; piped, one record per line, tab-separated "
                 "and never wrapped; --json for every field.")
@@ -88,6 +98,7 @@ def _slurm_options(run: argparse.ArgumentParser) -> None:
     options.add_slurm(run, "run --slurm: one srun task per node runs the probes on that node "
                            "(nothing installed there but python3); no SSH",
                       "default: the node budget in minutes, plus 2")
+    options.add(run, options.SLURM_RUN, "Slurm: the nodes' GPUs and other jobs")
 
 
 def _common_analysis_options(p: argparse.ArgumentParser) -> None:
@@ -110,10 +121,15 @@ def _report_options(p: argparse.ArgumentParser) -> None:
                    help="also write verdicts and figures in node_exporter's textfile format (name it *.prom)")
     g.add_argument("--baseline", metavar="RUN", type=Path,
                    help="compare with an earlier run (its directory or report.json); the diff goes to diff.md")
+    g.add_argument("--json", action="store_true",
+                   help="print report.json on stdout, and nothing else there (the summary and progress go to "
+                        "stderr); the exit code is the same")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="preflight", description=__doc__.splitlines()[0])
+    parser = Parser(prog="preflight", description=DESCRIPTION, epilog=options.examples(
+        "preflight run --hosts hosts.txt", "preflight analyze examples/h200-fleet",
+        "preflight explain nic-fw-driver-mismatch"))
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -152,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common_analysis_options(an)
     soak_cli.add_slo_options(an.add_argument_group("a soak directory's serving SLOs"))
 
-    mg = sub.add_parser("merge", help="one bundle and report from per-node runs (srun preflight run --local ...)")
+    mg = sub.add_parser("merge", help="one bundle and report from per-node runs (srun preflight run --local ...)",
+                        epilog=options.examples("preflight merge reports/node-runs --expect gpu[001-064]",
+                                                "preflight merge reports/<run-a> reports/<run-b> --run-id merged"))
     mg.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
                     help="a bundle, a run directory, or a directory of run directories")
     mg.add_argument("--expect", metavar="NODELIST",
@@ -161,7 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common_analysis_options(mg)
 
     bl = sub.add_parser("baseline", help="a site profile (median and spread per figure) from known-good runs, "
-                                         "for figures NVIDIA does not publish; judge later runs with --profile-file")
+                                         "for figures NVIDIA does not publish; judge later runs with --profile-file",
+                        epilog=options.examples(
+                            "preflight baseline reports/<run-a> reports/<run-b> reports/<run-c> --out site.yaml",
+                            "preflight baseline reports/<fleet-run-id> --from-fleet --out site.yaml",
+                            "preflight baseline reports/<run-a> reports/<run-b> --profile hgx-h200"))
     bl.add_argument("runs", nargs="+", metavar="RUN", type=Path,
                     help="run directories or bundles of known-good nodes (every host must PASS the figure's check)")
     bl.add_argument("--from-fleet", action="store_true",
@@ -175,7 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="extra or overriding platform profile YAML (repeatable)")
 
     hc = sub.add_parser("healthcheck", help="for slurm.conf HealthCheckProgram: static checks of this node; "
-                                            "drains it on FAIL, resumes only preflight's own drains")
+                                            "drains it on FAIL, resumes only preflight's own drains",
+                        epilog=options.examples("preflight healthcheck",
+                                                "preflight healthcheck --no-drain --budget 30 -q",
+                                                "preflight healthcheck --db postgresql://preflight@db01/preflight"))
     hc.add_argument("--budget", type=_positive(float), default=60.0, metavar="SECONDS",
                     help="the whole check's time budget (default 60; probes get a third each, at most 30 s)")
     hc.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: $SLURMD_NODENAME, else the "
@@ -188,11 +213,14 @@ def build_parser() -> argparse.ArgumentParser:
     hc.add_argument("--out", type=Path, default=Path("/var/lib/preflight/healthcheck"), metavar="DIR",
                     help=f"where the node keeps its last {healthcheck.KEEP} reports "
                          "(default /var/lib/preflight/healthcheck)")
-    hc.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
+    hc.add_argument("-q", "--quiet", action="store_true",
+                    help="print one line: the verdicts counted and the report's path")
     store_cli.add_options(hc)
 
     pl = sub.add_parser("prolog", help="for slurm.conf Prolog: the fast static checks of this node, in seconds; "
-                                       "exit 1 on FAIL (Slurm then drains the node and requeues the job)")
+                                       "exit 1 on FAIL (Slurm then drains the node and requeues the job)",
+                        epilog=options.examples("preflight prolog",
+                                                "preflight prolog --budget 5 --checks gpu-inventory,ib-port-down"))
     pl.add_argument("--budget", type=_positive(float), default=prolog.DEFAULT_BUDGET_S, metavar="SECONDS",
                     help=f"the whole check's time budget (default {prolog.DEFAULT_BUDGET_S:g})")
     pl.add_argument("--node", metavar="NAME", help="this node's Slurm name (default: $SLURMD_NODENAME, else the "
@@ -204,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", type=Path, default=Path("/var/lib/preflight/prolog"), metavar="DIR",
                     help=f"where the node keeps its last {healthcheck.KEEP} prolog reports "
                          "(default /var/lib/preflight/prolog)")
+    pl.add_argument("-q", "--quiet", action="store_true", help="no terminal summary")
     store_cli.add_options(pl)
 
     fabric_cli.add_parser(sub, _report_options, store_cli.add_options)
@@ -213,24 +242,31 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_cli.add_parser(sub)
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need",
-                        description=LISTING_NOTE)
+                        description=LISTING_NOTE, epilog=options.examples(
+                            "preflight checks", "preflight checks --json", "preflight checks --checks-dir site-checks"))
     ch.add_argument("--checks-dir", metavar="DIR", action="append", type=Path, default=[],
                     help="also load checks from the *.py files in DIR (repeatable)")
     ch.add_argument("--json", action="store_true", help="one JSON list of the checks")
     fa = sub.add_parser("facts", help="list the parsed facts a check can read, with their probes",
-                        description=LISTING_NOTE)
+                        description=LISTING_NOTE, epilog=options.examples("preflight facts", "preflight facts --json"))
     fa.add_argument("--json", action="store_true", help="one JSON list of the facts")
 
-    ex = sub.add_parser("explain", help="what a cause means, what points to it, what to do")
+    ex = sub.add_parser("explain", help="what a cause means, what points to it, what to do",
+                        epilog=options.examples("preflight explain nic-fw-driver-mismatch", "preflight explain --list",
+                                                "preflight explain nvlink-down --json"))
     ex.add_argument("cause", nargs="?", help="a cause id, e.g. nic-fw-driver-mismatch")
     ex.add_argument("--list", action="store_true", help="list every cause id with its title")
     ex.add_argument("--json", action="store_true",
                     help="the cause (or, with --list, every cause) as JSON: meaning, evidence, actions, "
                          "references and what points to it")
 
-    df = sub.add_parser("diff", help="what got worse or better between two runs (exit 1 if anything got worse)")
+    df = sub.add_parser("diff", help="what got worse or better between two runs (exit 1 if anything got worse)",
+                        epilog=options.examples("preflight diff reports/<earlier-run-id> reports/<run-id>",
+                                                "preflight diff old/report.json new/report.json"))
     df.add_argument("old", type=Path, help="the earlier run directory or its report.json")
     df.add_argument("new", type=Path, help="the later run directory or its report.json")
+    df.add_argument("--json", action="store_true",
+                    help="the comparison as one JSON object on stdout (docs/contracts.md); same exit code")
 
     store_cli.add_options(soak_cli.add_parser(sub))
     return parser
@@ -309,21 +345,18 @@ def cmd_run(args, console: Console) -> int:
     if args.history:
         names = [h.name for h in req.hosts] or [local_host_name()]
         req = replace(req, histories=store_cli.histories_for(store, names, console))
-    hosts = req.hosts
-    if args.quiet or not console.is_terminal:
-        run_dir, analysis = execute(req)
-    else:
-        from rich.live import Live  # only for a live terminal
+    run_dir, analysis = run_output.execute_shown(req, console, args.quiet)
+    return _reported(args, run_dir, analysis, baseline, store, console)
 
-        names = [h.name for h in hosts] or [local_host_name()]
-        tracker = RunProgress(names, len(req.plan.probes))
-        with Live(console=console, transient=True, refresh_per_second=2,
-                  get_renderable=lambda: render_progress(tracker.snapshot(), len(req.plan.probes))):
-            run_dir, analysis = execute(req, tracker.record, lambda j: tracker.judged(j.host, j.status))
-    if not args.quiet:
-        terminal.show(analysis, console, str(run_dir))
+
+def _reported(args, run_dir: Path, analysis, baseline: dict | None, store, console: Console) -> int:
+    """A report command's end: its summary (one line with -q), the extras, the store, report.json
+    on stdout with --json; the exit code."""
+    run_output.show(analysis, console, run_dir, args.quiet)
     _report_extras(args, run_dir, analysis, baseline, console)
     store_cli.record_report(store, run_dir, console)
+    if args.json:
+        run_output.print_json(run_dir)
     return EXIT_FAILED if analysis.failed else EXIT_OK
 
 
@@ -331,18 +364,18 @@ def cmd_fabric(args, console: Console) -> int:
     """``preflight fabric``: a run whose stage is the rail stage (preflight/app/fabric_cli.py)."""
     baseline = _report_inputs(args)
     store = store_cli.store_of(args)
-    run_dir, analysis = execute(fabric_cli.fabric_request(args))
-    if not args.quiet:
-        terminal.show(analysis, console, str(run_dir))
-    _report_extras(args, run_dir, analysis, baseline, console)
-    store_cli.record_report(store, run_dir, console)
-    return EXIT_FAILED if analysis.failed else EXIT_OK
+    run_dir, analysis = run_output.execute_shown(fabric_cli.fabric_request(args), console, args.quiet)
+    return _reported(args, run_dir, analysis, baseline, store, console)
 
 
 def analyze_saved(args):
     """``analyze`` without the terminal: judge the saved bundle, write the reports; return the
     report directory and the analysis (shared with the pytest plugin)."""
 
+    if not args.bundle.exists():
+        raise UsageError(f"{args.bundle}: does not exist")
+    if not args.bundle.is_dir():
+        raise UsageError(f"{args.bundle}: not a directory (a bundle, a run directory or a soak directory)")
     root = _bundle_root(args.bundle)
     run_id = "analyze-" + new_run_id(local_host_name())
     out = targets.out_dir_of(args) / run_id
@@ -356,7 +389,7 @@ def analyze_saved(args):
     histories = None
     if getattr(args, "history", False):
         source = bundle.header.get("run_id") if isinstance(bundle.header.get("run_id"), str) else None
-        histories = store_cli.histories_for(store_cli.store_of(args), list(bundle.hosts), Console(stderr=True),
+        histories = store_cli.histories_for(store_cli.store_of(args), list(bundle.hosts), consoles.make(stderr=True),
                                             exclude_run=source)
     analysis = analyze(bundle, checks, profiles, load_knowledge(), args.profile, histories=histories)
     analysis.meta.update({"run_id": run_id, "kind": "analyze", "created": bundle.created,
@@ -383,6 +416,7 @@ def _is_soak_dir(path: Path) -> bool:
 
 def _analyze_soak(soak_dir: Path, out: Path, args):
     """A preflight-soak/1 directory: judged by the soak analysis, reported like a bundle."""
+    extras.require_analysis("analyze of a soak directory")
     # pandas, behind the soak's data and analysis, loads only for a soak directory.
     from preflight.soak.data import SoakDataError
 
@@ -406,11 +440,7 @@ def cmd_analyze(args, console: Console) -> int:
     baseline = _report_inputs(args, "soak" if _is_soak_dir(args.bundle) else "run")
     store = store_cli.store_of(args)
     out, analysis = analyze_saved(args)
-    if not args.quiet:
-        terminal.show(analysis, console, str(out))
-    _report_extras(args, out, analysis, baseline, console)
-    store_cli.record_report(store, out, console)
-    return EXIT_FAILED if analysis.failed else EXIT_OK
+    return _reported(args, out, analysis, baseline, store, console)
 
 
 def _report_inputs(args, kind: str = "run") -> dict | None:
@@ -471,14 +501,10 @@ def cmd_merge(args, console: Console) -> int:
     if histories:
         analysis.meta["history"] = history_digest(analysis, histories)
     write_reports(run_dir, analysis, getattr(args, "html", True))
-    if not args.quiet:
-        if plan.missing:
-            console.print(f"merge: no result for {len(plan.missing)} expected node(s): "
-                          f"{NodeSet.fromlist(plan.missing)}", highlight=False, markup=False)
-        terminal.show(analysis, console, str(run_dir))
-    _report_extras(args, run_dir, analysis, baseline, console)
-    store_cli.record_report(store, run_dir, console)
-    return EXIT_FAILED if analysis.failed else EXIT_OK
+    if plan.missing and not args.quiet:
+        console.print(f"merge: no result for {len(plan.missing)} expected node(s): "
+                      f"{NodeSet.fromlist(plan.missing)}", highlight=False, markup=False)
+    return _reported(args, run_dir, analysis, baseline, store, console)
 
 
 def cmd_baseline(args, console: Console) -> int:
@@ -507,12 +533,10 @@ def cmd_healthcheck(args, console: Console) -> int:
     code, analysis, action, run_dir = healthcheck.run_healthcheck(
         probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, args.drain)
     store_cli.record_report(store, run_dir, console)
-    if action.kind in ("drain", "resume"):
-        store_cli.record_events(store, [{"node": next(iter(analysis.hosts)), "kind": action.kind,
-                                         "actor": "healthcheck", "reason": action.reason or action.why,
-                                         "run_id": run_dir.name}], console)
+    if (event := healthcheck.event_of(action, next(iter(analysis.hosts)), run_dir.name)) is not None:
+        store_cli.record_events(store, [event], console)
+    run_output.show(analysis, console, run_dir, args.quiet)
     if not args.quiet:
-        terminal.show(analysis, console, str(run_dir))
         console.print(f"healthcheck: {action.kind}" + (f" ({action.reason})" if action.reason else "")
                       + f": {action.why}", highlight=False, markup=False)
     return code
@@ -527,7 +551,11 @@ def cmd_prolog(args, console: Console) -> int:
         probes, checks, _load_profiles(args), load_knowledge(), args.out, args.budget, args.node, drain=False,
         mode="prolog")
     store_cli.record_report(store, run_dir, console)
-    return prolog.exit_code(next(iter(analysis.hosts.values())).status)
+    code = prolog.exit_code(next(iter(analysis.hosts.values())).status)
+    run_output.show(analysis, console, run_dir, args.quiet)
+    if not args.quiet:
+        console.print(prolog.summary(analysis, code), highlight=False, markup=False)
+    return code
 
 
 def cmd_diff(args, console: Console) -> int:
@@ -540,18 +568,25 @@ def cmd_diff(args, console: Console) -> int:
     if why:
         raise UsageError(why)
     result = diff_reports(old, new)
-    console.print(render(result), end="", markup=False, highlight=False, soft_wrap=True)
+    if args.json:
+        sys.stdout.write(json.dumps(diff.to_dict(result), indent=2) + "\n")
+    else:
+        console.print(render(result), end="", markup=False, highlight=False, soft_wrap=True)
     return EXIT_FAILED if result.worse else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    # No emoji codes: text from nodes and the store holds colons (a PCI bus id 00000000:AB:00.0
-    # is no :ab: emoji), and every line printed is data or about data (preflight.printable).
-    console = Console(emoji=False)
+    # No emoji codes, no guessed colours (preflight/report/consoles.py): every line printed is
+    # data or about data (preflight.printable).
+    console = consoles.make()
+    if getattr(args, "json", False) and args.command in JSON_ON_STDOUT:
+        # stdout carries the JSON alone; what people read (the summary, progress, warnings) goes
+        # to stderr, as it would have gone to the terminal.
+        console = consoles.make(stderr=True)
     # Error messages name files and options: never folded inside a path, whatever the width.
-    err = Console(stderr=True, soft_wrap=True, emoji=False)
+    err = consoles.errors()
 
     handlers = {"run": cmd_run, "fabric": cmd_fabric, "analyze": cmd_analyze, "checks": listing_cli.cmd_checks,
                 "facts": listing_cli.cmd_facts, "soak": soak_cli.cmd_soak, "explain": listing_cli.cmd_explain,
@@ -560,14 +595,26 @@ def main(argv: list[str] | None = None) -> int:
                 "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume,
                 "prolog": cmd_prolog, "history": store_cli.cmd_history,
                 "lifecycle": lifecycle_cli.cmd_lifecycle, "sweep": sweep_cli.cmd_sweep}
+    previous = interrupt.install()
     try:
         return handlers[args.command](args, console)
     except INPUT_ERRORS as exc:
         err.print(f"preflight: error: {exc}", highlight=False, markup=False)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        err.print("preflight: interrupted; the evidence saved so far is in the run's bundle/ directory")
+    except KeyboardInterrupt as exc:
+        kept = getattr(exc, "kept", None)
+        err.print("preflight: interrupted; the evidence saved so far is kept in "
+                  + (f"{kept}" if kept else "the run's bundle/ directory"), highlight=False, markup=False)
+        if argv is None:
+            # The program itself, not a caller's function: out now, without waiting at exit for
+            # the probes still running (up to their timeout, with SIGINT ignored meanwhile); each
+            # record already saved is a whole file (preflight.evidence.atomic).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
+    finally:
+        interrupt.restore(previous)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from preflight.app import drain, store_cli
+from preflight.app import drain, options, store_cli
 from preflight.app.errors import UsageError
 from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.knowledge.datafile import fraction
@@ -23,7 +23,10 @@ def _count(text: str) -> int:
 
 
 def add_parsers(sub) -> None:
-    dr = sub.add_parser("drain", help="drain in Slurm the nodes a run's diagnoses blame, behind a circuit breaker")
+    dr = sub.add_parser("drain", help="drain in Slurm the nodes a run's diagnoses blame, behind a circuit breaker",
+                        epilog=options.examples("preflight drain reports/<run-id> --dry-run",
+                                                "preflight drain reports/<run-id> --min-confidence medium "
+                                                "--max-nodes 4"))
     dr.add_argument("run", type=Path, help="a run directory (reports/<run-id>) or its report.json")
     dr.add_argument("--min-confidence", choices=drain.CONFIDENCE, default="high",
                     help="the weakest diagnosis that drains (default high)")
@@ -32,7 +35,9 @@ def add_parsers(sub) -> None:
     dr.add_argument("--max-nodes", type=_count, metavar="N", help="and more than N nodes")
     dr.add_argument("--dry-run", action="store_true", help="say what would be drained; change nothing")
     store_cli.add_options(dr)
-    rs = sub.add_parser("resume", help="resume the nodes preflight drained that pass in this run")
+    rs = sub.add_parser("resume", help="resume the nodes preflight drained that pass in this run",
+                        epilog=options.examples("preflight resume reports/<run-id> --dry-run",
+                                                "preflight resume reports/<run-id>"))
     rs.add_argument("run", type=Path, help="a run directory (reports/<run-id>) or its report.json")
     rs.add_argument("--dry-run", action="store_true", help="say what would be resumed; change nothing")
     store_cli.add_options(rs)

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from preflight import __version__
+from preflight.app.interrupt import Interrupted
 from preflight.collect.fanout import ExecPlan, run_node
 from preflight.collect.local import LocalNode, local_host_name
 from preflight.collect.slurm_job import SlurmUsageError, node_states, set_state
@@ -67,6 +68,15 @@ def decide(status: str, cause: str | None, run_id: str, node: NodeState | None) 
     return Action("none", why="healthy")
 
 
+def event_of(action: Action, node: str, run_id: str) -> dict | None:
+    """The store's record of what the healthcheck did to its node's Slurm state (None: nothing):
+    the event ``history --fleet`` reads the drain's outcome from (preflight.judge.precision)."""
+    if action.kind not in ("drain", "resume"):
+        return None
+    return {"node": node, "kind": action.kind, "actor": "healthcheck", "reason": action.reason or action.why,
+            "run_id": run_id}
+
+
 def worst_cause(analysis: Analysis, host: str) -> str | None:
     mine = [d for d in analysis.diagnoses if host in d.hosts]
     if mine:
@@ -101,7 +111,10 @@ def run_healthcheck(probes, checks, profiles, kb, out: Path, budget_s: float, no
     writer = BundleWriter(run_dir / "bundle", [name], created,
                           {"run_id": run_id, "preflight_version": __version__, "probes": [p.id for p in plan.probes],
                            "checks": [c.id for c in checks], "local": True, "mode": mode})
-    run_node(LocalNode(name), plan, writer.add)
+    try:
+        run_node(LocalNode(name), plan, writer.add)
+    except KeyboardInterrupt:
+        raise Interrupted(run_dir / "bundle") from None
     analysis = analyze(writer.bundle(), checks, profiles, kb)
     status = analysis.hosts[name].status
     action = Action("none", why="--no-drain")

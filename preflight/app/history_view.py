@@ -8,6 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from preflight.printable import printable as _p
+from preflight.report.fleet_html import duration
 
 PLAIN = {"markup": False, "highlight": False, "soft_wrap": True, "emoji": False}
 _MARK = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "error": "ERROR"}
@@ -69,3 +70,40 @@ def show_fleet(f: dict, console: Console) -> None:
         runs = f" of {r['runs']} host-runs" if r["runs"] else ""
         console.print(f"  {kind} {_p(key)}: {r['failures']} failing{runs}, {r['incidents']} incident(s), {mtbf}",
                       **PLAIN)
+    _show_precision(f.get("precision"), console)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
+def _counts(p: dict) -> str:
+    by = p["confirmed_by"]
+    return (f"{p['drains']} drain(s): {p['confirmed']} confirmed ({by['escalated']} escalated, "
+            f"{by['retest_failed']} retest failed, {by['step']} after a step, {by['returned']} returned), "
+            f"{p['unconfirmed']} unconfirmed, {p['pending']} pending, {p['open']} open, {p['cleared']} cleared; "
+            f"precision {_share(p['precision'])}")
+
+
+def _times(p: dict) -> str:
+    d, r = p["to_drain"], p["to_resume"]
+    return (f"first failing reading to drain p50 {duration(d['p50_s'])}, p90 {duration(d['p90_s'])} ({d['n']}); "
+            f"drain to resume p50 {duration(r['p50_s'])}, p90 {duration(r['p90_s'])} ({r['n']})")
+
+
+def _show_precision(p: dict | None, console: Console) -> None:
+    """How often preflight's drains were right (docs/lifecycle.md, "How often preflight is wrong")."""
+    if not p:
+        return
+    if not p["drains"]:
+        console.print("precision of the drains: no drain by preflight began in the window", **PLAIN)
+        return
+    rate = p["unconfirmed_per_100_node_days"]
+    console.print(f"precision of the drains (unconfirmed: resumed with no step and the cause away "
+                  f"{duration(p['returns_within_s'])}):", **PLAIN)
+    console.print(f"  {_counts(p)}", **PLAIN)
+    console.print(f"  {'-' if rate is None else f'{rate:g}'} unconfirmed drain(s) per 100 node-days "
+                  f"({p['node_days']:,.1f} node-days)", **PLAIN)
+    console.print(f"  {_times(p)}", **PLAIN)
+    for c in p["causes"]:
+        console.print(f"  cause {_p(c['cause'])}: {_counts(c)}; {_times(c)}", **PLAIN)

@@ -26,6 +26,7 @@ from preflight.collect.ssh import SshNode
 from preflight.contracts import EXIT_FAILED, EXIT_OK
 from preflight.diagnose.engine import load_knowledge
 from preflight.judge.loader import load_checks
+from preflight.judge.precision import CLEARED
 from preflight.knowledge.datafile import LONGEST_S, positive
 from preflight.lifecycle import controller, effects, policy, rma
 from preflight.lifecycle.machine import STATES
@@ -95,6 +96,10 @@ def _listing(store: Store, now: float) -> dict:
 
 
 def _show_listing(listing: dict, console: Console) -> None:
+    if not any(listing["states"].values()):
+        console.print("no node in any state: the lifecycle takes a node in at the first pass "
+                      "(`preflight lifecycle --once`) after a recorded run has judged it", **PLAIN)
+        return
     for state, nodes in listing["states"].items():
         if not nodes:
             continue
@@ -128,6 +133,8 @@ def _show_pass(p: controller.Pass, console: Console, dry_run: bool) -> None:
             console.print(f"  not done: {_p(o.refused)}", **PLAIN)
     if p.stopped:
         console.print(f"stopped: {_p(p.stopped)}", **PLAIN)
+    if not p.stopped and not any(o.waiting or o.step.moved for o in p.outcomes):
+        console.print(f"nothing to do: {len(p.outcomes)} node(s) looked at, none due a step", **PLAIN)
 
 
 def _pass_json(p: controller.Pass) -> dict:
@@ -245,7 +252,7 @@ def _clear(args, console: Console) -> int:
         kept.put_state(store, {"node": args.node, "state": "healthy", "since": now, "cause": None, "run_id": None,
                                "step": None, "requested": None, "retest_failures": 0},
                        {"kind": "transition", "actor": store_cli.actor(), "at": now,
-                        "reason": f"-> healthy: cleared by a person: {args.reason or 'no reason given'}",
+                        "reason": f"{CLEARED}: {args.reason or 'no reason given'}",
                         "detail": {"from": before, "to": "healthy"}})
     console.print(f"{_p(args.node)}: {_p(before)} -> healthy (cleared by {_p(store_cli.actor())})", **PLAIN)
     return EXIT_OK

@@ -8,6 +8,7 @@ import json
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 from preflight.app import listings
 from preflight.app.errors import UsageError
@@ -47,8 +48,9 @@ def cmd_facts(args, console: Console) -> int:
 
     def view() -> None:
         for f in records:
-            console.print(f"[bold]{f.name}[/] {f.doc}\n    probes: {', '.join(f.probes) or '(none: the profile)'}",
-                          highlight=False)
+            # The doc is data: a [...] in it is text, not rich markup.
+            console.print(f"[bold]{f.name}[/] {escape(f.doc)}\n    probes: "
+                          f"{', '.join(f.probes) or '(none: the profile)'}", highlight=False)
 
     return _listing(args, console, records, listings.facts_tsv(records), view)
 

@@ -80,6 +80,12 @@ def check_records(checks: list[Check]) -> list[CheckRecord]:
     return [CheckRecord(c.id, c.scope, c.summary, tuple(c.facts), tuple(c.probes), source_of(c)) for c in checks]
 
 
+def plain(doc: str) -> str:
+    """A docstring's paragraph as a person reads it: its line breaks and indentation one space, and
+    reStructuredText's ``code`` as `code` (also a Markdown code span, for the reference pages)."""
+    return " ".join(doc.split()).replace("``", "`")
+
+
 def fact_records() -> list[FactRecord]:
     out = []
     for name, fact in FACTS.items():
@@ -87,7 +93,7 @@ def fact_records() -> list[FactRecord]:
             continue
         behind = probes_of([name])
         needs = tuple(n for n in fact.needs if not n.endswith(PRIVATE_FACT_SUFFIX))
-        out.append(FactRecord(name, fact.doc, tuple(p for p in PROBES if p in behind), needs))
+        out.append(FactRecord(name, plain(fact.doc), tuple(p for p in PROBES if p in behind), needs))
     return out
 
 

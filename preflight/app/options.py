@@ -76,11 +76,35 @@ SLURM = (
                                       help="with --slurm: how long to wait for busy nodes before they are reported "
                                            "(default 300)")),
 )
+def gpu_count(text: str) -> int:
+    """``--gpus-per-node``: a whole number from 0 (ask for none) to 1024."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"must be 0 to 1024: {text!r}")
+    return value
+
+
+# `run --slurm` alone: what its jobs ask of each node, and whether its load may share a node.
+SLURM_RUN = (
+    Option(("--gpus-per-node",), dict(type=gpu_count, metavar="N",
+                                      help="with --slurm: GPUs each job asks of a node (--gres=gpu:N); default: "
+                                           "all the node has in slurm.conf (Gres=gpu:N); 0: none")),
+    Option(("--exclusive",), dict(action="store_true",
+                                  help="with --slurm: no other job on the nodes meanwhile (salloc --exclusive; "
+                                       "waits up to --alloc-timeout for busy nodes)")),
+    Option(("--allow-shared",), dict(action="store_true",
+                                     help="with --slurm: run the load probes (all_reduce, DCGM diagnostic) on nodes "
+                                          "where another job runs (default: such nodes are not probed)")),
+)
 OUTPUT = (
     Option(("--out",), dict(metavar="DIR", type=Path, default=Path("reports"),
                             help="where run directories go (default: ./reports)"), "out", True),
     Option(("--run-id",), dict(help="name of the run directory (default: a timestamp)")),
-    Option(("-q", "--quiet"), dict(action="store_true", help="no terminal summary")),
+    Option(("-q", "--quiet"), dict(action="store_true", help="print one line: the verdicts counted and the "
+                                                           "report's path (no progress, no table)")),
 )
 
 

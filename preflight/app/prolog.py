@@ -32,3 +32,18 @@ def prolog_probes(probes):
 
 def exit_code(status: str) -> int:
     return EXIT_FAILED if status == "fail" else EXIT_OK
+
+
+def summary(analysis, code: int) -> str:
+    """One line after the table: the exit status and why, and the checks that judged nothing
+    (a node without a GPU or a NIC answers exit 0 with every GPU check unjudged: said, not silent)."""
+    findings = [f for f in analysis.findings if f.check in PROLOG_CHECKS]
+    unjudged = sorted({f.check for f in findings if f.status.value == "error"})
+    skipped = sorted({f.check for f in findings if f.status.value == "skip"})
+    why = {EXIT_FAILED: "a check failed: Slurm drains the node and requeues the job",
+           EXIT_OK: "nothing failed"}[code]
+    if code == EXIT_OK and unjudged:
+        why += " (could not tell is never a FAIL: the healthcheck looks again)"
+    return (f"prolog: exit {code}: {why}" + (f"; not judged: {', '.join(unjudged)}" if unjudged else "")
+            + (f"; skipped: {', '.join(skipped)}" if skipped else ""))
+

@@ -17,6 +17,7 @@ from typing import Any
 
 from preflight import __version__
 from preflight.app.collective import collective_over_ssh, judge_for, with_profile_expectation
+from preflight.app.interrupt import Interrupted
 from preflight.collect.fanout import ExecPlan, run_node
 from preflight.collect.local import LocalNode, local_host_name
 from preflight.collect.multinode import MultinodeOptions
@@ -137,6 +138,8 @@ def execute(req: RunRequest, progress: Callable[[ProbeResult], None] | None = No
                 collective_over_ssh(req.hosts, reached, writer.add, req.plan.ssh, multinode, req.run_id, FLEET_HOST)
         bundle = writer.bundle()
         judged = early.judged(bundle)
+    except KeyboardInterrupt:
+        raise Interrupted(bundle_dir) from None
     finally:
         early.close()
 

@@ -12,14 +12,15 @@ from pathlib import Path
 
 from rich.console import Console
 
+from preflight.app import extras, options, store_cli, targets
 from preflight.app import load_options as load
-from preflight.app import options, store_cli, targets
 from preflight.app.errors import INPUT_ERRORS, UsageError
 from preflight.collect.local import local_host_name
 from preflight.contracts import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from preflight.evidence.bundle import new_run_id
 from preflight.knowledge.datafile import LONGEST_S, fraction, positive
 from preflight.parse.slurm import time_limit_s
+from preflight.report import consoles
 from preflight.soak.plan import (
     ENGINES,
     NODE_DIR,
@@ -57,7 +58,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("soak", help="full-load burn-in with NVML telemetry on every node (detached agents)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=options.examples(
                            "preflight soak --hours 1 --hosts hosts.txt",
-                           "preflight soak --slurm -w gpu[001-064] --hours 1 --sbatch-arg=--gpus-per-node=8",
+                           "preflight soak --slurm -w gpu[001-064] --hours 1 --sbatch-arg=--qos=burnin",
                            "preflight soak --attach <run-id>",
                            "preflight soak --engine vllm --model llama-3-70b-dense --sweep 32,64,128,256 "
                            "--step-minutes 10 --slo ttft_p99=2s"))
@@ -217,8 +218,10 @@ def cmd_soak(args, console: Console) -> int:
     from preflight.soak.ship import start  # likewise
 
     # Error messages name files and options: never folded inside a path, whatever the width.
-    err = Console(stderr=True, soft_wrap=True)
+    err = consoles.errors()
     try:
+        # Its analysis and plots need the analysis extra: refused before any GPU is loaded.
+        extras.require_analysis("preflight soak")
         if args.attach:
             plan = load_plan(args.out, args.attach)
             if any(getattr(args, k) for k in ("user", "port", "identity", "ssh_config", "known_hosts")):
@@ -235,17 +238,21 @@ def cmd_soak(args, console: Console) -> int:
     except INPUT_ERRORS as exc:
         err.print(f"preflight: error: {exc}", highlight=False, markup=False)
         return EXIT_USAGE
+    # -q: the soak's one line at the end, nothing on the way (each node's start and state).
+    along = consoles.make(quiet=True) if args.quiet else console
     try:
         if not args.attach:
-            started = slurm_soak.start(plan, console) if plan.slurm is not None else start(plan, console)
-        outcome = follow(plan, console, started, live=console.is_terminal and not args.quiet)
+            started = slurm_soak.start(plan, along) if plan.slurm is not None else start(plan, along)
+        outcome = follow(plan, along, started, live=console.is_terminal and not args.quiet)
     except KeyboardInterrupt:
         again = f"preflight soak --attach {plan.run_id}" + (f" --out {args.out}" if args.out != Path("reports") else "")
         err.print(f"preflight soak: detached; the agents keep running. Re-attach with: {again}",
                   highlight=False, markup=False)
         return EXIT_INTERRUPTED
-    failed = analyze_and_show(outcome, console, slos, args.slo_budget) if outcome.merged["hosts"] else True
-    console.print(f"soak data: {outcome.run_dir}", highlight=False, markup=False)
+    failed = (analyze_and_show(outcome, console, slos, args.slo_budget, quiet=args.quiet)
+              if outcome.merged["hosts"] else True)
+    if not args.quiet or not (outcome.run_dir / "report.json").is_file():
+        console.print(f"soak data: {outcome.run_dir}", highlight=False, markup=False)
     if (outcome.run_dir / "report.json").is_file():
         store_cli.record_report(store, outcome.run_dir, console)
     return EXIT_FAILED if failed or outcome.failed else EXIT_OK

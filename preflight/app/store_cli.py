@@ -30,7 +30,7 @@ from preflight.app.errors import UsageError
 from preflight.contracts import EXIT_OK
 from preflight.judge.trends import Policy
 from preflight.knowledge.datafile import positive
-from preflight.report import json_lines
+from preflight.report import consoles, json_lines
 from preflight.report.files import write_atomic
 from preflight.report.fleet_html import render_fleet
 from preflight.store import Store, StoreError, StoreUrl, StoreUrlError, chosen, location
@@ -107,7 +107,7 @@ def _open_for_write(url: StoreUrl) -> Store:
 
 
 def warn(console: Console, text: str) -> None:
-    Console(stderr=True, soft_wrap=True).print(f"preflight: warning: {printable(text)}", **PLAIN)
+    consoles.errors().print(f"preflight: warning: {printable(text)}", **PLAIN)
 
 
 def printable(text: str) -> str:
@@ -231,11 +231,21 @@ def since_of(text: str, now: float | None = None, option: str = "--since") -> fl
     return t
 
 
+def duration_of(text: str, option: str) -> float:
+    """A length of time above zero: ``7d``, ``36h``, ``2w``, ``90m``, ``600s``."""
+    m = _SINCE.match(text)
+    seconds = float(m.group(1)) * _UNIT_S[m.group(2)] if m else 0.0
+    if not m or not 0 < seconds <= 3650 * 86400:
+        raise UsageError(f"{option}: {text!r} is not a length of time above zero and at most 10 years "
+                         "(7d, 36h, 2w, 90m)")
+    return seconds
+
+
 def add_parser(sub) -> None:
     h = sub.add_parser(
         "history", help="what the store remembers: a node's timeline, the fleet's repeat offenders, flapping "
-                        "checks, degrading figures and failure rates; also `history import DIR...` and "
-                        "`history migrate`",
+                        "checks, degrading figures, failure rates and how often its drains were right; also "
+                        "`history import DIR...` and `history migrate`",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  preflight history gpu017 --since 14d\n  preflight history --fleet --json\n"
                "  preflight history --fleet --html fleet.html\n  preflight history import reports/\n"
@@ -259,6 +269,9 @@ def add_parser(sub) -> None:
     h.add_argument("--sigmas", type=positive(float, 1000.0), default=Policy.sigmas, metavar="Z",
                    help="fleet run-to-run spreads a figure must move to count as degrading "
                         f"(default {Policy.sigmas:g})")
+    h.add_argument("--returns-within", metavar="AGE", default="7d",
+                   help="--fleet's precision: a drain resumed with no step taken is unconfirmed once its cause has "
+                        "stayed away from the node this long (default 7d; docs/lifecycle.md)")
     h.add_argument("--db", metavar="URL", help=f"the store (default ${location.ENV}, else the embedded SQLite file)")
 
 
@@ -304,7 +317,8 @@ def cmd_history(args, console: Console) -> int:
         raise UsageError(f"--last: {args.last} is not a count (0 shows every run)")
     last = (None if args.json else TEXT_LAST) if args.last is None else (args.last or None)
     since = since_of(args.since)
-    policy = Policy(repeat_count=args.repeat, flap_transitions=args.flaps, sigmas=args.sigmas)
+    policy = Policy(repeat_count=args.repeat, flap_transitions=args.flaps, sigmas=args.sigmas,
+                    returns_within_s=duration_of(args.returns_within, "--returns-within"))
     with open_required(args) as store, _collector_paused():
         try:
             window = up_to_latest(store, since)

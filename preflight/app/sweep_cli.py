@@ -58,9 +58,10 @@ def add_parser(sub) -> None:
         "sweep", help="deep checks (DCGM diag, single-node all_reduce, a short burn) on idle nodes that are due, as "
                       "Slurm jobs any real job preempts; one pass per call (not `soak --sweep`, a concurrency sweep)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The deep checks on idle nodes that are due, as Slurm jobs any real job preempts (docs/sweep.md). "
+                    "`preflight soak --sweep C1,C2,...` is another thing: a concurrency sweep of a served model.",
         epilog="examples:\n  preflight sweep --slurm --site /etc/preflight/sweep.yaml --dry-run\n"
-               "  preflight sweep --slurm --site /etc/preflight/sweep.yaml --db postgresql://pf@db01/preflight\n"
-               "(`preflight soak --sweep C1,C2,...` is another thing: a concurrency sweep of a served model)")
+               "  preflight sweep --slurm --site /etc/preflight/sweep.yaml --db postgresql://pf@db01/preflight")
     p.add_argument("--slurm", action="store_true", help="one pass: submit the sweep's jobs through sbatch (the only "
                    "scheduler a sweep runs under)")
     p.add_argument("--site", type=Path, metavar="FILE", help="the site's sweep policy (format: preflight-sweep/1): "

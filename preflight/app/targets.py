@@ -105,6 +105,9 @@ def slurm_of(args: argparse.Namespace) -> SlurmOptions | None:
         given = [flag for flag, dest in (("-w", "nodelist"), ("--partition", "partition"), ("--account", "account"),
                                          ("--time", "time"), ("--sbatch-arg", "sbatch_arg"))
                  if getattr(args, dest, None)]
+        given += [flag for flag, dest in (("--gpus-per-node", "gpus_per_node"), ("--exclusive", "exclusive"),
+                                          ("--allow-shared", "allow_shared"))
+                  if getattr(args, dest, None) is not None and getattr(args, dest) is not False]
         if given:
             raise UsageError(f"{', '.join(given)}: only with --slurm")
         return None
@@ -113,7 +116,8 @@ def slurm_of(args: argparse.Namespace) -> SlurmOptions | None:
     if args.nodelist and (args.hosts or args.host_list):
         raise UsageError("-w and --hosts/-H both name the nodes: choose one")
     return SlurmOptions(args.partition, args.account, args.time, args.max_nodes_per_job, tuple(args.sbatch_arg),
-                        args.alloc_timeout, args.node_python)
+                        args.alloc_timeout, args.node_python, getattr(args, "gpus_per_node", None),
+                        getattr(args, "exclusive", False), getattr(args, "allow_shared", False))
 
 
 def slurm_hosts_of(args: argparse.Namespace, slurm: SlurmOptions) -> list[Host]:

@@ -52,7 +52,7 @@ from preflight.collect.multinode import (
     stage_members,
 )
 from preflight.collect.nccl import KILL_AFTER_S
-from preflight.collect.slurm_job import SlurmOptions, SlurmUsageError, allocate, release, slurm
+from preflight.collect.slurm_job import SlurmOptions, SlurmUsageError, allocate, node_states, release, slurm
 from preflight.contracts import SLURM_ERROR
 from preflight.model import Host, ProbeResult
 from preflight.parse.collective_run import MPI_TOOL, MultinodeRun, read_run
@@ -187,7 +187,10 @@ def run_multinode_slurm(hosts: Sequence[Host], evidence: Mapping[str, Mapping[st
     # nodes): a generous bound, since the allocation is released as soon as the stage ends.
     budget = (3 + 2 * len(names)) * (options.timeout_s + KILL_AFTER_S + _GRACE_S)
     try:
-        alloc = allocate(names, opts, f"preflight-{run_id}-nccl", budget, tasks_per_node=gpus)
+        # The nodes' GPUs, as for the per-node probes (one salloc asks the same of every node).
+        states = node_states(names)
+        alloc = allocate(names, opts, f"preflight-{run_id}-nccl", budget, tasks_per_node=gpus,
+                         gpus=min(opts.gpus_for(states.get(n)) for n in names))
     except SlurmUsageError as exc:
         why = str(exc)  # the run has started: its bundle says why, the exit code is 1
     else:

@@ -33,15 +33,17 @@ from dataclasses import dataclass, field
 
 from ClusterShell.NodeSet import NodeSet
 
+from preflight.collect import dcgm
 from preflight.collect.fanout import ExecPlan
 from preflight.collect.node import now_iso
 from preflight.collect.node_runner import node_payload, result_of, runner_argv
-from preflight.collect.slurm_job import Allocation, SlurmOptions, allocate, chunks, node_states, release
+from preflight.collect.probe import Probe
+from preflight.collect.slurm_job import Allocation, SlurmOptions, allocate, gpu_groups, node_states, release
 from preflight.contracts import SLURM_ERROR
 from preflight.model import ProbeResult
 from preflight.node.frames import FrameReader
 from preflight.node.localexec import end_group
-from preflight.parse.slurm import StepReport, parse_step_stderr
+from preflight.parse.slurm import NodeState, StepReport, parse_step_stderr
 
 # Steps of one allocation: the first, then at most this many re-runs after launch failures.
 MAX_RETRIES = 2
@@ -66,22 +68,49 @@ class SlurmRun:
 
 
 def prepare(nodes: Sequence[str], plan: ExecPlan, opts: SlurmOptions, run_id: str) -> SlurmRun:
-    """Node states, then the allocations. Raises ``SlurmUsageError`` (nothing granted is kept)
-    when Slurm refuses the request itself."""
+    """Node states, then the allocations, each asking for the nodes' GPUs. Raises
+    ``SlurmUsageError`` (nothing granted is kept) when Slurm refuses the request itself."""
     states = node_states(nodes)
     unusable = {n: f"node {s.unusable} before the run ({s.describe()})" for n, s in states.items() if s.unusable}
+    unusable.update(shared_refusals(states, plan, opts, unusable))
     usable = [n for n in nodes if n not in unusable]
     run = SlurmRun([], unusable, opts)
     try:
-        groups = chunks(usable, opts.max_nodes_per_job)
+        groups = gpu_groups(usable, states, opts)
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(groups)))) as pool:
-            futures = [pool.submit(allocate, g, opts, f"preflight-{run_id}", plan.node_budget()) for g in groups]
+            futures = [pool.submit(allocate, g, opts, f"preflight-{run_id}", plan.node_budget(), gpus=gpus)
+                       for gpus, g in groups]
             for f in futures:
                 run.allocations.append(f.result())
     except BaseException:
         run.release()
         raise
     return run
+
+
+def loads_node(probe: Probe) -> bool:
+    """An active probe, except DCGM's diagnostic at level 1: "quick deployment checks, normally
+    lasting seconds", where level 2 is "medium validation, approximately two minutes" of GPU
+    tests (dcgmi-diag(1), docs.nvidia.com/datacenter/dcgm/latest/reference/command-line-reference/
+    dcgmi/dcgmi-diag.html). The level is the first of the configured probe's arguments."""
+    if probe.id == dcgm.PROBE_ID and probe.argv[len(dcgm.PROBE.argv):][:1] == ("1",):
+        return False
+    return probe.active
+
+
+def shared_refusals(states: dict[str, NodeState], plan: ExecPlan, opts: SlurmOptions,
+                    unusable: dict[str, str]) -> dict[str, str]:
+    """The nodes where another job runs, when the plan loads the node (an active probe: the
+    all_reduce, DCGM's diagnostic, a burn) and the run neither waits for the node (--exclusive)
+    nor accepts to share it (--allow-shared): they are not probed, and say why. Slurm grants a
+    job the CPUs and GPUs another job leaves free, so without this the load would land beside
+    someone's work (and, without GPUs configured in Slurm, on that work's GPUs)."""
+    load = [p.id for p in plan.probes if loads_node(p)]
+    if not load or opts.exclusive or opts.allow_shared:
+        return {}
+    return {n: (f"node runs another job ({s.describe()}): the load probes ({', '.join(load)}) are not run beside "
+                "it; --exclusive waits for the node, --allow-shared runs them anyway")
+            for n, s in states.items() if s.busy and n not in unusable}
 
 
 def run_slurm(run: SlurmRun, plan: ExecPlan, on_result: OnResult) -> None:

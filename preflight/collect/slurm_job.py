@@ -38,6 +38,17 @@ class SlurmOptions:
     extra: tuple[str, ...] = ()  # --sbatch-arg: passed to salloc as they are
     alloc_timeout_s: int = 300  # salloc --immediate: how long to wait for busy nodes
     node_python: str = "python3"  # what runs the node-side runner on each node
+    # GPUs a job asks of each node (--gres=gpu:N): None asks for the GPUs slurm.conf gives the
+    # node (its Gres), all of them, which is what a check of the node must see; 0 asks for none.
+    # Under ConstrainDevices=yes a step sees no GPU it did not ask for.
+    gpus_per_node: int | None = None
+    exclusive: bool = False  # --exclusive: no other job on the nodes while preflight holds them
+    allow_shared: bool = False  # the load probes may run on a node where another job runs
+
+    def gpus_for(self, state: NodeState | None) -> int:
+        if self.gpus_per_node is not None:
+            return self.gpus_per_node
+        return state.gpus if state is not None else 0
 
 
 def slurm(argv: Sequence[str], timeout: float = QUERY_TIMEOUT_S, stdin: bytes = b"") -> CommandResult:
@@ -111,13 +122,26 @@ class Allocation:
     why_not: str | None = None  # salloc's words when not granted
 
 
+def gpu_groups(nodes: Sequence[str], states: dict[str, NodeState], opts: SlurmOptions) -> list[tuple[int, list[str]]]:
+    """The allocations to ask for: nodes that get the same GPU request together (one salloc asks
+    the same of every node), at most ``max_nodes_per_job`` each, in the nodes' order."""
+    by_gpus: dict[int, list[str]] = {}
+    for n in nodes:
+        by_gpus.setdefault(opts.gpus_for(states.get(n)), []).append(n)
+    return [(gpus, group) for gpus, same in by_gpus.items() for group in chunks(same, opts.max_nodes_per_job)]
+
+
 def allocate(nodes: Sequence[str], opts: SlurmOptions, name: str, budget_s: float,
-             tasks_per_node: int = 1) -> Allocation:
+             tasks_per_node: int = 1, gpus: int = 0) -> Allocation:
     """One job holding ``nodes``, ``tasks_per_node`` tasks on each (one per GPU for an MPI
-    all_reduce step), until released."""
+    all_reduce step) and ``gpus`` GPUs of each, until released. ``--gres=gpu:N`` rather than
+    ``--gpus-per-node``: both work on Slurm 22.05 with select/cons_tres (tried on the test
+    cluster), and only --gres also works with select/cons_res."""
     argv = ["salloc", "--no-shell", f"--job-name={name}", f"--nodes={len(nodes)}",
             f"--nodelist={NodeSet.fromlist(nodes)}", f"--ntasks-per-node={tasks_per_node}",
             f"--time={opts.time or time_limit(budget_s)}", f"--immediate={opts.alloc_timeout_s}"]
+    argv += [f"--gres=gpu:{gpus}"] if gpus else []
+    argv += ["--exclusive"] if opts.exclusive else []
     argv += [f"--partition={opts.partition}"] if opts.partition else []
     argv += [f"--account={opts.account}"] if opts.account else []
     argv += list(opts.extra)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from preflight.check import Outcome
 from preflight.collect.probes import PROBES as PROBES_BY_ID
-from preflight.contracts import SLURM_ERROR
+from preflight.contracts import CONNECTIVITY_CHECK, NOT_CHECKED, SLURM_ERROR
 from preflight.evidence.bundle import Bundle, reachability
 from preflight.judge import partial
 from preflight.judge.census import COMMANDS
@@ -22,7 +22,7 @@ from preflight.judge.outcomes import CheckOutputError, outcomes_of
 from preflight.knowledge.profiles import GENERIC, Profile, detect
 from preflight.model import Check, Evidence, Finding, HostHistory, HostVerdict, ProbeResult, Status, worst
 
-CONNECTIVITY = "connectivity"
+CONNECTIVITY = CONNECTIVITY_CHECK
 PROBES = "probes"
 
 
@@ -66,9 +66,11 @@ def judge_host(host: str, records: Mapping[str, ProbeResult], checks: list[Check
         if recorded and why and why.startswith(SLURM_ERROR):
             # Slurm would not (or could not) run the node's task: its reason, its cause.
             symptom, short = "slurm-node-unavailable", "not run by Slurm"
-        findings = [Finding(CONNECTIVITY, host, Status.ERROR, f"not checked: {why}", (symptom,))]
-        findings.extend(Finding(c.id, host, Status.ERROR, f"not checked: {short}")
-                        for c in checks if c.scope == "host")
+        # One fact, one finding: the host's checks did not run, and they are listed once, in
+        # its data, rather than each reporting an ERROR of its own (docs/contracts.md §5).
+        not_checked = [c.id for c in checks if c.scope == "host"]
+        findings = [Finding(CONNECTIVITY, host, Status.ERROR, f"not checked: {why}", (symptom,),
+                            data={NOT_CHECKED: not_checked})]
         return HostJudgement(host, findings, profiles[GENERIC].chosen(short), None)
     ctx = HostContext(host, dict(records), profiles[GENERIC], past=history)
     ctx.profile = _profile_for(ctx, profiles, forced_profile)
@@ -129,7 +131,8 @@ def _probe_health(ctx: HostContext, planned: Sequence[str]) -> Finding:
     passed_over = [r for r in ctx.probes.values() if r.error and r.error.startswith("not run: ")]
     lost = [p for p in planned if p not in ctx.probes]
     if not hung and not passed_over and not lost:
-        return Finding(PROBES, ctx.name, Status.PASS, f"{len(ctx.probes)} probes finished in time")
+        n = len(ctx.probes)
+        return Finding(PROBES, ctx.name, Status.PASS, f"{n} probe{'s' if n != 1 else ''} finished in time")
     parts, symptoms = [], []
     if hung:
         tools = ", ".join(dict.fromkeys(PROBES_BY_ID[r.probe].tool if r.probe in PROBES_BY_ID
@@ -160,7 +163,10 @@ def _profile_for(ctx: HostContext, profiles: dict[str, Profile], forced: str | N
     # -q is the usual source and keeps its short reason; any other one is named.
     source = None if census.model_probe in (None, "nvidia-smi-q-x", "nvidia-smi-q") \
         else COMMANDS[census.model_probe]
-    return detect(profiles, list(census.models), source=source, pci_device_ids=census.pci_device_ids)
+    # The platform is known from the GPUs counted, else from how many a selection says there are.
+    count = census.count if census.count is not None else census.attached
+    return detect(profiles, list(census.models), source=source, pci_device_ids=census.pci_device_ids,
+                  gpu_count=count)
 
 
 def _finding(check: Check, host: str | None, o: Outcome) -> Finding:

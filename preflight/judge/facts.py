@@ -116,25 +116,43 @@ def _smi_evidence(ctx: HostEvidence) -> tuple[str, SmiReport, str | None]:
     no text to stand in is the report, holding the GPUs it showed (``SmiReport.cut``)."""
     probe, text = ctx.first_text("nvidia-smi-q-x", "nvidia-smi-q")
     if probe == "nvidia-smi-q":
-        report = _read(probe, text, nvidia_smi.parse_smi_text)
+        report = _smi_read(ctx, probe, text)
         return probe, report, report.cut
     fallback = ctx.result("nvidia-smi-q")
     try:
-        report = _read(probe, text, nvidia_smi.parse_smi_xml)
+        report = _smi_read(ctx, probe, text)
     except EvidenceMissing as unreadable:
         if fallback is None or not fallback.ok:
             raise
-        report = _read("nvidia-smi-q", fallback.text, nvidia_smi.parse_smi_text)
+        report = _smi_read(ctx, "nvidia-smi-q", fallback.text)
         return "nvidia-smi-q", replace(report, notes=report.notes + (f"{unreadable}; read nvidia-smi-q instead",)), None
     if report.cut is None or fallback is None or not fallback.ok:
         return probe, report, report.cut
     try:
-        whole = _read("nvidia-smi-q", fallback.text, nvidia_smi.parse_smi_text)
+        whole = _smi_read(ctx, "nvidia-smi-q", fallback.text)
     except EvidenceMissing:
         return probe, report, report.cut
     if len(whole.gpus) <= len(report.gpus):
         return probe, report, report.cut  # the text shows no more than the cut XML did
     return "nvidia-smi-q", replace(whole, notes=whole.notes + (f"{report.cut}; read nvidia-smi-q instead",)), report.cut
+
+
+def _smi_read(ctx: HostEvidence, probe: str, text: str) -> SmiReport:
+    """The report of one nvidia-smi probe. A whole output that lists fewer GPUs than its header
+    counts is a selection (``-i``) when nothing says what command printed it (a pasted file); when
+    the recorded command asked for every GPU, it is what that command could show
+    (``nvidia_smi.asked_for_every_gpu``)."""
+    xml = probe == "nvidia-smi-q-x"
+    report = _read(probe, text, nvidia_smi.parse_smi_xml if xml else nvidia_smi.parse_smi_text)
+    r = ctx.result(probe)
+    return nvidia_smi.asked_for_every_gpu(report, xml) if r is not None and _every_gpu(r.command) else report
+
+
+def _every_gpu(command: tuple[str, ...]) -> bool:
+    """Whether a recorded command is nvidia-smi asked about every GPU (no ``-i``/``--id``)."""
+    if not command or Path(command[0]).name != "nvidia-smi":
+        return False
+    return not any(a in ("-i", "--id") or a.startswith("--id=") for a in command[1:])
 
 
 @fact("smi", needs=("smi_evidence",))
@@ -183,13 +201,14 @@ def _lspci(ctx: HostEvidence):
 # Only -q is planned: a live run always has it, and collecting three more probes for a count it
 # already has would slow every run. The other views are read when the bundle holds them, which
 # is the case this fact exists for (a user's bundle without -q).
-@fact("gpu_census", needs=("smi_evidence",), reads=("nvlink_status", "topo", "lspci"))
+@fact("gpu_census", needs=("smi_evidence",), reads=("nvlink_status", "topo", "lspci", "dcgm_discovery"))
 def _gpu_census(ctx: HostEvidence) -> GpuCensus:
     """``GpuCensus``: how many GPUs, and which model, from nvidia-smi -q, else (when the bundle
-    has them) nvidia-smi nvlink --status, topo -m and lspci (preflight.judge.census); missing
+    has them) nvidia-smi nvlink --status, topo -m, dcgmi discovery -l and lspci
+    (preflight.judge.census); missing
     only when none of them is there."""
     readings, failures = {}, []
-    for name in ("smi_evidence", "nvlink_status", "topo", "lspci"):
+    for name in ("smi_evidence", "nvlink_status", "topo", "lspci", "dcgm_discovery"):
         try:
             readings[name] = getattr(ctx, name)
         except EvidenceMissing as exc:
@@ -198,7 +217,7 @@ def _gpu_census(ctx: HostEvidence) -> GpuCensus:
         raise _strongest(failures)
     smi = readings.get("smi_evidence")
     return gpu_census(smi[:2] if smi else None, readings.get("nvlink_status"),
-                      readings.get("topo"), readings.get("lspci"))
+                      readings.get("topo"), readings.get("lspci"), readings.get("dcgm_discovery"))
 
 
 @fact("kernel_log", probes=("kernel-log",))

@@ -36,6 +36,9 @@ class Policy:
     # A floor under the spread (0.1 %): replayed or quantised figures can repeat exactly, and a
     # spread of zero would make any change infinitely significant.
     min_spread: float = 0.001
+    # A drain resumed with no step taken is unconfirmed once its cause stayed away this long
+    # (judge.precision; history --fleet --returns-within).
+    returns_within_s: float = 7 * 86400.0
 
 
 @dataclass(frozen=True)

@@ -195,27 +195,31 @@ def load_profiles(extra_files: list[Path] = ()) -> dict[str, Profile]:
 
 
 def detect(profiles: dict[str, Profile], gpu_names: list[str], *, source: str | None = None,
-           pci_device_ids: tuple[int, ...] = ()) -> Profile:
+           pci_device_ids: tuple[int, ...] = (), gpu_count: int | None = None) -> Profile:
     """Choose the profile for a host from the product names of its GPUs, else from their PCI
     device ids (a profile's ``gpu.pci_device_id``). ``source`` names the command the names
-    came from, for the reason shown with the verdict (none for nvidia-smi -q, the usual one)."""
+    came from, for the reason shown with the verdict (none for nvidia-smi -q, the usual one).
+    ``gpu_count``: how many GPUs the evidence counts, where that is known apart from the names
+    (an excerpt of nvidia-smi -q names one GPU of eight): ``match.min_gpus`` is held to it."""
     where = f" in {source}" if source else ""
     if not gpu_names and pci_device_ids:
         return _detect_by_pci(profiles, pci_device_ids)
     if not gpu_names:
         return profiles[GENERIC].chosen("no GPU model known: generic checks only")
     model = max(set(gpu_names), key=gpu_names.count)
+    count = gpu_count if gpu_count is not None else len(gpu_names)
     for p in profiles.values():
         pattern = p.get("match.gpu_name")
         if not pattern or not re.search(pattern, model):
             continue
         min_gpus = p.get("match.min_gpus", 1)
-        if len(gpu_names) < min_gpus:
+        if count < min_gpus:
             return profiles[GENERIC].chosen(
-                f"{len(gpu_names)} x {model}{where} is not a {p.name} (needs at least {min_gpus} GPUs): "
+                f"{count} x {model}{where} is not a {p.name} (needs at least {min_gpus} GPUs): "
                 "generic checks only"
             )
-        return p.chosen(f"detected from GPU model {model!r}{where}")
+        counted = f", {count} GPUs on the node" if count != len(gpu_names) else ""
+        return p.chosen(f"detected from GPU model {model!r}{where}{counted}")
     return profiles[GENERIC].chosen(f"no profile matches {model!r}{where}: generic checks only")
 
 

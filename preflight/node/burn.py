@@ -215,6 +215,8 @@ class BurnEngine:
         for gpu, _ in self.gpus:
             windows = self.windows.get(gpu, [])
             s: dict = dict(self.info.get(gpu, {}))
+            # Whether the results were checked: an analysis tells --no-sdc from a burn without checks.
+            s["sdc"] = bool(self.params.sdc)
             if windows:
                 s["tflops_median"] = round(statistics.median(w[1] for w in windows), 2)
                 s["hbm_gbps_median"] = round(statistics.median(w[2] for w in windows), 1)

@@ -92,8 +92,11 @@ def parse_smi_text(text: str) -> SmiReport:
     if not gpus and all(v in (None, ()) for v in header.values()):
         raise not_smi(text, "nvidia-smi -q")
     report = build_report(header, gpus, notes, headed=bool(headers))
-    cut = _text_cut(text, header["attached_gpus"], len(headers))
-    return replace(report, cut=cut) if cut else report
+    cut = _text_cut(text, header["attached_gpus"], headers)
+    if cut:
+        return replace(report, cut=cut)
+    partial, selection = _text_partial(text, header["attached_gpus"], len(gpus), bool(headers))
+    return replace(report, partial=partial, selection=selection) if partial else report
 
 
 # What nvidia-smi prints for a GPU it cannot reach (one fallen off the bus):
@@ -103,15 +106,62 @@ _UNREACHABLE = re.compile(r"Unable to (?:determine|detect) the device handle for
 _ELIDED = re.compile(r"^\s*(?:\[\.\.\.\]|\.{3,}|\u2026)\s*$", re.MULTILINE)
 
 
-def _text_cut(text: str, attached: object, listed: int) -> str | None:
+def _text_cut(text: str, attached: object, headers: list[tuple[TextNode, str]]) -> str | None:
     """Why a whole ``-q`` report (one with GPU headers) lists fewer GPUs than its header counts,
-    when nothing in it says a GPU could not be reached: the output broke off. None otherwise (an
-    excerpt, with no headers or with its author's elisions; every GPU listed; or a GPU nvidia-smi
-    said it could not reach, which is a missing GPU, not a cut)."""
+    when its last GPU's section broke off and nothing in it says a GPU could not be reached: the
+    output broke off. None otherwise (an excerpt, with no headers or with its author's elisions;
+    every GPU listed; a last section that ran to its end, which ``_text_partial`` reads; or a
+    GPU nvidia-smi said it could not reach, which is a missing GPU, not a cut)."""
+    listed = len(headers)
     if not listed or not isinstance(attached, int) or listed >= attached or _UNREACHABLE.search(text):
         return None
     if _ELIDED.search(text):
         return None  # a pasted excerpt ("[...]" where its author left lines out), not a cut
+    if _section_whole(headers[-1][0]):
+        return None
+    return cut_between(listed, attached)
+
+
+def cut_between(listed: int, attached: int) -> str:
+    """The cut of a text report that lists ``listed`` of the ``attached`` GPUs its header counts."""
     return (f"nvidia-smi -q output lists {listed} GPU section(s) of the {attached} its header counts, and says "
             f"of no GPU that it could not be reached: the tool died mid-way or the capture was cut; "
             f"{attached - listed} GPU(s) never shown")
+
+
+# nvidia-smi -q prints a GPU's "Processes" entry at the end of its section (followed, from driver
+# 580, only by "Capabilities"): a section that has it ran to its end.
+def _section_whole(section: TextNode) -> bool:
+    return section.child("Processes") is not None
+
+
+def _text_partial(text: str, attached: object, listed: int, headed: bool) -> tuple[str | None, bool]:
+    """(why the GPUs listed are not the node's whole list, or None; whether the output is a whole
+    listing of fewer GPUs than its header counts). Only the "Attached GPUs : N" line says how many
+    GPUs there are, so an output without it never counts them, whatever it lists."""
+    if not listed or _UNREACHABLE.search(text):
+        return None, False
+    if not isinstance(attached, int):
+        header = "" if headed else " and no 'GPU <bus id>' header"
+        return (f"nvidia-smi -q output without its 'Attached GPUs' line{header}: an excerpt, which shows "
+                f"{listed} GPU section(s) but not how many GPUs the node has"), False
+    if listed >= attached:
+        return None, False
+    if _ELIDED.search(text) or not headed:
+        return (f"nvidia-smi -q output lists {listed} of the {attached} GPUs its 'Attached GPUs' line counts, "
+                "with lines left out: a pasted excerpt"), False
+    return (f"nvidia-smi -q output lists {listed} of the {attached} GPUs its 'Attached GPUs' line counts, each "
+            "section whole: a selection of GPUs (nvidia-smi -q -i), not the node's list"), True
+
+
+def asked_for_every_gpu(report: SmiReport, xml: bool) -> SmiReport:
+    """``report`` read as the output of a command that asked for every GPU (the probe's own
+    ``nvidia-smi -q [-x]``, no ``-i``): a whole listing of fewer GPUs than the header counts is
+    then no selection. In text, the tool stopped between two GPUs (a cut); in XML, whose document
+    closed, the tool left GPUs out: the GPUs listed are those it could show, and they count."""
+    if not report.selection:
+        return report
+    if xml:
+        return replace(report, partial=None, selection=False)
+    return replace(report, partial=None, selection=False,
+                   cut=cut_between(len(report.gpus), report.attached_gpus or len(report.gpus)))

@@ -27,6 +27,7 @@ class NodeState:
     reason: str | None = None  # Reason=..., with Slurm's "[user@time]" suffix
     partitions: tuple[str, ...] = ()
     boot_time: str | None = None  # BootTime=, as slurmctld prints it (its local time), None when "None"
+    gpus: int = 0  # the GPUs slurm.conf gives the node (Gres=gpu:N, every type summed); 0: none
 
     @property
     def base(self) -> str:
@@ -59,6 +60,22 @@ class NodeState:
 
 
 _PAIR = re.compile(r"(?:^|\s)([A-Za-z]+)=(\S*)")
+_GRES_WHERE = re.compile(r"\([^)]*\)")  # "(S:0-1)": the sockets a GRES sits on, commas and all
+
+
+def gpus_of(gres: str) -> int:
+    """The GPU count of a ``Gres=`` value: ``gpu:8``, ``gpu:h100:8(S:0-1)``,
+    ``gpu:a100:4,gpu:v100:2``, ``gpu:4,nic:2``; ``(null)`` or no gpu entry: 0. Slurm's gres.conf
+    and slurm.conf pages give the NAME[:TYPE]:COUNT form (COUNT may carry K, M or G)."""
+    total = 0
+    for item in _GRES_WHERE.sub("", gres).split(","):
+        parts = item.strip().split(":")
+        if parts[0] != "gpu" or len(parts) < 2:
+            continue
+        m = re.fullmatch(r"(\d+)([KMG]?)", parts[-1])
+        if m:
+            total += int(m[1]) * {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}[m[2]]
+    return total
 _NOT_FOUND = re.compile(r"^Node (\S+) not found$")
 
 
@@ -80,7 +97,7 @@ def parse_show_node(text: str) -> tuple[dict[str, NodeState], list[str]]:
         partitions = tuple(p for p in pairs.get("Partitions", "").split(",") if p)
         boot = pairs.get("BootTime")
         nodes[name] = NodeState(name, pairs.get("State", ""), reason.strip() or None, partitions,
-                                boot if boot and boot != "None" else None)
+                                boot if boot and boot != "None" else None, gpus_of(pairs.get("Gres", "")))
     return nodes, missing
 
 

@@ -185,3 +185,17 @@ class SmiReport:
     # Set when the output ends (or breaks) before its last GPU was shown: what was read, and
     # what was not. Such a report judges the GPUs it holds and passes none it lacks.
     cut: str | None = None
+    # Set when the output is whole but does not say it lists every GPU of the node: no "Attached
+    # GPUs" line (an excerpt), or fewer GPUs than that line counts with nothing cut or unreachable
+    # (a selection, ``nvidia-smi -q -i 0``, or a pasted excerpt). Its GPUs are records; how many
+    # GPUs the node has is not evidence from it (preflight.judge.census). None: a whole list.
+    partial: str | None = None
+    # With ``partial``: whether it is a whole output that lists fewer GPUs than its header counts
+    # (each GPU's section whole), which a command that asked for every GPU (no ``-i``) can only
+    # print when it stopped early (text) or left GPUs out (XML): see ``asked_for_every_gpu``.
+    selection: bool = False
+
+    @property
+    def counts_gpus(self) -> bool:
+        """Whether the number of GPUs listed is the node's: the output is neither cut nor partial."""
+        return self.cut is None and self.partial is None

@@ -8,7 +8,7 @@ import re
 import string
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from preflight.parse.smi_build import Reader, build_gpu, build_report, not_smi
 from preflight.parse.smi_fields import GPU_FIELDS, REPORT_FIELDS, XML_COUNTERS, XML_REASONS
@@ -108,6 +108,25 @@ def _cut(damage: _Damage, gpus: list[ET.Element], attached: object) -> str:
     return "; ".join(parts)
 
 
+# What nvidia-smi prints for a GPU it cannot reach (preflight.parse.nvidia_smi, the same words).
+_UNREACHABLE = re.compile(r"Unable to (?:determine|detect) the device handle for GPU", re.IGNORECASE)
+
+
+def _xml_partial(text: str, attached: object, listed: int) -> str | None:
+    """Why a whole document's ``<gpu>`` elements are not the node's GPU list, or None: only
+    ``<attached_gpus>`` says how many there are, and a document listing fewer with no GPU said
+    to be unreachable is a selection (``nvidia-smi -q -x -i 0``) or an edited capture."""
+    if not listed or _UNREACHABLE.search(text):
+        return None
+    if not isinstance(attached, int):
+        return (f"nvidia-smi -q -x output without <attached_gpus>: it shows {listed} <gpu> element(s) but not "
+                "how many GPUs the node has")
+    if listed >= attached:
+        return None
+    return (f"nvidia-smi -q -x output lists {listed} of the {attached} GPUs its <attached_gpus> counts, the "
+            "document whole: a selection of GPUs (nvidia-smi -q -x -i), not the node's list")
+
+
 def _xml_value(index: dict[str, ET.Element], paths: tuple[str, ...]) -> str | None:
     for path in paths:
         node = index.get(path)
@@ -193,7 +212,10 @@ def parse_smi_xml(text: str) -> SmiReport:
     if damage is None or id(root) in damage.closed:
         # Whole, or damaged only after its root element closed (text appended to the capture):
         # every GPU the output had was read.
-        return build_report(header, gpus, notes, headed=True)
+        report = build_report(header, gpus, notes, headed=True)
+        partial = _xml_partial(text, header["attached_gpus"], len(gpus))
+        return replace(report, partial=partial, selection=isinstance(header["attached_gpus"], int)) \
+            if partial else report
     # What is missing is the file's end, not GPUs: the report holds the GPUs read (one perhaps
     # in part) and says which were not, so no check passes a GPU it never saw and the GPU
     # count is taken from another view of the node.

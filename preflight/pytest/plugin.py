@@ -51,6 +51,7 @@ import pytest
 from preflight.app import options
 from preflight.model import Diagnosis, Finding, Status, worst
 from preflight.pytest.acceptance import Report
+from preflight.report.wording import not_checked, not_checked_line, plural, tally
 
 FLEET = "fleet"  # host label of findings about the fleet as a whole
 _WORKER_REPORT = "preflight_report"
@@ -110,6 +111,8 @@ class Case:
     def message(self) -> str:
         notable = [f for f in self.findings if f.status not in (Status.PASS, Status.SKIP)] or list(self.findings)
         lines = [f.summary if len(notable) == 1 else f"[{f.status.value}] {f.summary}" for f in notable]
+        # An unreached host is one item: the checks it could not run are named in it, once.
+        lines += [not_checked_line(f) for f in notable if not_checked(f)]
         for d in self.causes:
             lines.append(f"cause: {d.cause} ({d.confidence} confidence){': ' + d.title if d.title else ''}")
             lines.append(f"action: {d.action}")
@@ -190,6 +193,7 @@ def run_preflight(argv: list[str]) -> tuple[Path, dict]:
     """Run or analyse as the CLI would; return the run directory and its report.json."""
     # Imported here: every pytest session loads this plugin, and most never use it.
     from preflight.app import cli
+    from preflight.app.run import execute
 
     try:
         args = cli.build_parser().parse_args(argv)
@@ -200,7 +204,7 @@ def run_preflight(argv: list[str]) -> tuple[Path, dict]:
         if args.command == "analyze":
             run_dir, _ = cli.analyze_saved(args)
         else:
-            run_dir, _ = cli.execute(cli.run_request(args))
+            run_dir, _ = execute(cli.run_request(args))
     except cli.INPUT_ERRORS as exc:
         raise pytest.UsageError(f"preflight: {exc}") from None
     return run_dir, json.loads((run_dir / "report.json").read_text())
@@ -312,8 +316,8 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     if run is None:
         return None
     statuses = Counter(h.status for h in run.report.host_results.values())
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
-    return f"preflight: {len(run.report.hosts)} hosts ({counts}); reports in {run.run_dir}"
+    counts = tally(statuses, sorted(statuses))
+    return f"preflight: {plural(len(run.report.hosts), 'host')} ({counts}); reports in {run.run_dir}"
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

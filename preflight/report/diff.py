@@ -26,7 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-REPORT_FORMAT = "preflight-report/1"
+from preflight.contracts import CONNECTIVITY_CHECK, REPORT_FORMAT
+
 NOISE = 0.01
 _RANK = {"pass": 0, "skip": 0, "warn": 1, "error": 2, "fail": 3}
 _UNITS = (("_gbs", "GB/s"), ("_gbps", "GB/s"), ("_mhz", "MHz"), ("_pct", "%"), ("_mib", "MiB"),
@@ -178,10 +179,18 @@ def _malformed(doc: dict) -> str | None:
 
 
 def diff_reports(old: dict, new: dict) -> ReportDiff:
-    old_checks, new_checks = _by_check(old), _by_check(new)
+    # A run that did not reach a host judged none of its checks: its connectivity finding says so
+    # once (reports before issue 34 also held an ERROR per check, read here as absent). Such a
+    # host's checks are then neither "gone" (not reached now) nor "new" when they pass again.
+    old_unreached, new_unreached = _unreached(old), _unreached(new)
+    old_checks, new_checks = _by_check(old, old_unreached), _by_check(new, new_unreached)
     checks = []
     for key in sorted(old_checks.keys() | new_checks.keys(), key=lambda k: (k[0] or "", k[1])):
         o, n = old_checks.get(key), new_checks.get(key)
+        if key[1] != CONNECTIVITY_CHECK and (o is None or n is None):
+            if (n is None and key[0] in new_unreached) or (o is None and key[0] in old_unreached
+                                                           and _RANK.get(n["status"], 0) == 0):
+                continue
         figures = _figure_changes(o["figures"], n["figures"]) if o and n else ()
         change = Change(key[0], key[1], o and o["status"], n and n["status"],
                         o["summary"] if o else "", n["summary"] if n else "", figures)
@@ -202,10 +211,16 @@ def _run_name(report: dict) -> str:
     return str(report.get("run_id") or report.get("created") or "?")
 
 
-def _by_check(report: dict) -> dict[tuple[str | None, str], dict]:
+def _unreached(report: dict) -> set[str]:
+    return {h for h, v in (report.get("hosts") or {}).items() if isinstance(v, dict) and v.get("reachable") is False}
+
+
+def _by_check(report: dict, unreached: set[str] = frozenset()) -> dict[tuple[str | None, str], dict]:
     out: dict[tuple[str | None, str], dict] = {}
     for f in report.get("findings") or []:
         key = (f.get("host"), f.get("check", "?"))
+        if key[0] in unreached and key[1] != CONNECTIVITY_CHECK:
+            continue
         slot = out.setdefault(key, {"status": f.get("status", "pass"), "summary": f.get("summary", ""),
                                     "figures": {}})
         if _RANK.get(f.get("status"), 0) > _RANK.get(slot["status"], 0):
@@ -253,6 +268,26 @@ def _num(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
+DIFF_FORMAT = "preflight-diff/1"
+
+
+def to_dict(diff: ReportDiff) -> dict:
+    """``diff --json`` (docs/contracts.md §1.2): the same facts as ``render``, for a script."""
+    return {
+        "format": DIFF_FORMAT,
+        "old_run": diff.old_run,
+        "new_run": diff.new_run,
+        "worse": diff.worse,
+        "hosts": [{"host": c.host, "old": c.old, "new": c.new, "direction": c.direction} for c in diff.hosts],
+        "checks": [{"host": c.host, "check": c.check, "old": c.old, "new": c.new, "direction": c.direction,
+                    "old_summary": c.old_summary, "new_summary": c.new_summary,
+                    "figures": [{"name": f.name, "old": f.old, "new": f.new, "unit": f.unit} for f in c.figures]}
+                   for c in diff.checks],
+        "causes": [{"cause": c.cause, "host": c.host, "change": "appeared" if c.appeared else "resolved"}
+                   for c in diff.causes],
+    }
+
+
 def render(diff: ReportDiff) -> str:
     """Markdown: readable in a terminal as it is, and as ``diff.md`` in the run directory."""
     out = [f"# preflight diff: {diff.old_run} -> {diff.new_run}", ""]
@@ -260,7 +295,8 @@ def render(diff: ReportDiff) -> str:
     same = len(diff.hosts) - len(moved)
     out += ["## Hosts", ""]
     out += [f"- {c.host}: {_arrow(c)} ({c.direction})" for c in moved]
-    out += [f"- {same} host{'s' if same != 1 else ''} unchanged" if moved else f"- all {same} hosts unchanged", ""]
+    out += [f"- {same} host{'s' if same != 1 else ''} unchanged" if moved
+            else f"- all {same} hosts unchanged" if same != 1 else "- the 1 host unchanged", ""]
     if diff.causes:
         out += ["## Diagnoses", ""]
         out += [f"- {'new' if c.appeared else 'resolved'}: {c.cause} on {c.host or 'the fleet'}" for c in diff.causes]

@@ -31,7 +31,7 @@ svg .rate, svg .node { fill:none; stroke:var(--fail); stroke-width:2; } svg .dot
 svg .band { fill:#0b57d0; fill-opacity:.15; } svg .median { fill:none; stroke:#0b57d0; stroke-dasharray:6 4; }
 svg .baseline { stroke:var(--muted); stroke-dasharray:2 3; } svg .tick { stroke:var(--fail); stroke-width:2; }
 .spark { color:var(--fail); vertical-align:middle; }
-td.num { text-align:right; font-variant-numeric:tabular-nums; }
+td.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
 .key-node { color:var(--fail); font-weight:600; } .key-fleet { color:#0b57d0; font-weight:600; }
 """
 
@@ -64,7 +64,7 @@ def render_fleet(result: dict, series: dict) -> str:
     title = "preflight fleet history"
     body = [f"<header><h1>{title}</h1>", _window_line(result, series), "</header>", _nav(),
             _summary(result), _failure_rate(series), _offenders(result, series), _flapping(result),
-            _degrading(result, series), _rates(result)]
+            _degrading(result, series), _rates(result), _precision(result)]
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{_CSP}\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
@@ -97,7 +97,8 @@ def _window_line(result: dict, series: dict) -> str:
 
 def _nav() -> str:
     links = [("summary", "Summary"), ("failure-rate", "Failure rate"), ("offenders", "Repeat offenders"),
-             ("flapping", "Flapping"), ("degrading", "Degrading"), ("rates", "Failure rates")]
+             ("flapping", "Flapping"), ("degrading", "Degrading"), ("rates", "Failure rates"),
+             ("precision", "Precision")]
     return "<nav>" + "".join(f'<a href="#{a}">{t}</a>' for a, t in links) + "</nav>"
 
 
@@ -201,6 +202,52 @@ def _rates(result: dict) -> str:
                                                numeric=(1, 2, 3, 4, 5)))
     out.append('<p class="muted">failures: failing host-runs; runs: host-runs that judged the check; MTBF: the '
                "fleet's node-hours in the window over the incidents</p></section>")
+    return "".join(out)
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as a person reads them: 45 s, 12 min, 3.5 h, 2.1 d; "-" for none."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f}".rstrip("0").rstrip(".") + f" {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _precision_row(name: str, p: dict) -> list[str]:
+    by = p["confirmed_by"]
+    why = ", ".join(f"{by[k]} {w}" for k, w in (("escalated", "escalated"), ("retest_failed", "retest failed"),
+                                                ("step", "after a step"), ("returned", "returned")) if by[k])
+    share = "-" if p["precision"] is None else f"{p['precision']:.1%}"
+    return [name, str(p["drains"]), str(p["confirmed"]), f'<span class="muted">{_e(why)}</span>',
+            str(p["unconfirmed"]), str(p["pending"]), str(p["open"]), str(p["cleared"]), share,
+            duration(p["to_drain"]["p50_s"]), duration(p["to_drain"]["p90_s"]),
+            duration(p["to_resume"]["p50_s"]), duration(p["to_resume"]["p90_s"])]
+
+
+def _precision(result: dict) -> str:
+    """How often preflight's drains were right: per cause, what each drain in the window turned
+    out to be (docs/lifecycle.md, "How often preflight is wrong")."""
+    p = result.get("precision")
+    out = ['<section id="precision"><h2>Precision of the drains</h2>']
+    if not p or not p["drains"]:
+        return "".join(out) + NONE + "</section>"
+    rate = p["unconfirmed_per_100_node_days"]
+    out.append(f'<p class="meta"><b>{"-" if rate is None else f"{rate:g}"}</b> unconfirmed drains per 100 node-days '
+               f'({p["unconfirmed"]} in {p["node_days"]:,.1f} node-days)</p>')
+    rows = [_precision_row("<b>fleet</b>", p)] + [_precision_row(f"<code>{_e(c['cause'])}</code>", c)
+                                                   for c in p["causes"]]
+    out.append(_table(["cause", "drains", "confirmed", "because", "unconfirmed", "pending", "open", "cleared",
+                       "precision", "to drain p50", "p90", "to resume p50", "p90"], rows,
+                      numeric=(1, 2, *range(4, 13))))
+    within = duration(p["returns_within_s"])
+    out.append('<p class="muted">confirmed: escalated, a retest failed, a step (reset, restart, reboot) taken and '
+               f"passed after it, or the cause back on the node within {within} of its resume; "
+               f"unconfirmed: resumed with no step taken and the cause away for {within}; "
+               "pending: resumed too recently to tell; open: still drained; cleared: a person cleared the node; "
+               "precision: confirmed over confirmed and unconfirmed; to drain: from the first failing reading; "
+               "to resume: from the drain</p></section>")
     return "".join(out)
 
 

@@ -30,6 +30,7 @@ from html import escape
 from preflight.model import Analysis, Finding, Status
 from preflight.report import rail_matrix
 from preflight.report.sparkline import sparkline_svg
+from preflight.report.wording import not_checked, not_checked_line, plural, tally
 
 _ORDER = ("fail", "error", "warn", "pass", "skip")
 # Inventory-like data keys whose values group hosts: versions, firmware, models. (The
@@ -152,11 +153,11 @@ def _summary(analysis: Analysis) -> str:
     tiles = "".join(f'<div class="tile {s}"><div class="n">{counts.get(s, 0)}</div>{s}</div>'
                     for s in ("pass", "warn", "fail", "error"))
     findings = Counter(f.status.value for f in analysis.findings)
-    checks = ", ".join(f"{findings[s]} {s}" for s in _ORDER if findings.get(s))
+    checks = tally(findings, _ORDER)
     verdict = ("Every host passed." if not analysis.failed and not counts.get("warn")
                else "Some hosts need attention." if analysis.failed else "No host failed; some warn.")
-    return (f'<section id="summary"><h2>Summary</h2><p><b>{_e(verdict)}</b> {len(analysis.hosts)} hosts, '
-            f'{len(analysis.checks)} checks; findings: {_e(checks or "none")}.</p>'
+    return (f'<section id="summary"><h2>Summary</h2><p><b>{_e(verdict)}</b> {plural(len(analysis.hosts), "host")}, '
+            f'{plural(len(analysis.checks), "check")}; findings: {_e(checks or "none")}.</p>'
             f'<div class="tiles">{tiles}</div></section>')
 
 
@@ -324,6 +325,9 @@ def _findings_table(findings: list[Finding], ids: _Ids) -> str:
         fid = ids.finding[id(f)]
         links = " ".join(f'<a href="#ev-{fid}-{k}">{_e(e.probe)}</a>' for k, e in enumerate(f.evidence)) or "-"
         symptoms = f'<br><span class="muted">symptoms: {_e(", ".join(f.symptoms))}</span>' if f.symptoms else ""
+        if not_checked(f):
+            symptoms += f'<br><span class="muted">{_e(not_checked_line(f))}</span>'
+
         out.append(f'<tr id="{fid}"><td class="nw">{_e(f.check)}</td><td>{_badge(f.status.value)}</td>'
                    f"<td>{_e(f.summary)}{symptoms}</td><td>{links}</td></tr>")
     out.append("</table>")

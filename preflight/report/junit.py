@@ -10,6 +10,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from preflight.model import Analysis, Status
+from preflight.report.wording import not_checked, not_checked_line
 
 
 def render(analysis: Analysis) -> str:
@@ -32,7 +33,8 @@ def render(analysis: Analysis) -> str:
             causes = sorted({cause_of[(host, s)] for s in f.symptoms if (host, s) in cause_of})
             if causes:
                 message += " | " + " | ".join(causes)
-            body = "\n\n".join(f"[{e.probe}]\n{e.excerpt}" for e in f.evidence)
+            body = "\n\n".join([f"[{e.probe}]\n{e.excerpt}" for e in f.evidence]
+                               + ([not_checked_line(f)] if not_checked(f) else []))
             if f.status is Status.FAIL:
                 ET.SubElement(case, "failure", message=message).text = body
             elif f.status is Status.ERROR:

@@ -7,6 +7,7 @@ from collections import Counter
 
 from preflight.model import Analysis, Status
 from preflight.printable import printable, printable_lines
+from preflight.report.wording import not_checked, not_checked_line, tally
 
 _ICON = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "error": "ERROR", "skip": "SKIP"}
 
@@ -45,7 +46,7 @@ def render(analysis: Analysis) -> str:
     out = [f"# preflight report {meta.get('run_id', '')}".rstrip(), ""]
     if meta.get("created"):
         out += [f"Created {meta['created']} by preflight {meta.get('preflight_version', '')}.", ""]
-    out += ["**Hosts:** " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none", ""]
+    out += ["**Hosts:** " + (tally(counts, sorted(counts)) or "none"), ""]
 
     out += ["## Diagnoses", ""]
     if not analysis.diagnoses:
@@ -69,6 +70,8 @@ def render(analysis: Analysis) -> str:
         if f.status in (Status.PASS, Status.SKIP):
             continue
         out += [f"### {_cell(f.host or 'fleet')} · {_cell(f.check)}: {_ICON[f.status.value]}", "", _cell(f.summary), ""]
+        if not_checked(f):
+            out += [_cell(not_checked_line(f)), ""]
         for e in f.evidence:
             out += [f"Evidence from {_code(e.probe)}:", "", *_fenced(e.excerpt), ""]
 

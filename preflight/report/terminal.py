@@ -13,6 +13,7 @@ from rich.text import Text
 
 from preflight.model import Analysis, Status
 from preflight.printable import printable
+from preflight.report.wording import counted, not_checked, plural
 
 _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "skip": "dim"}
 _LIST_PASSING_UP_TO = 16
@@ -41,10 +42,8 @@ def show(analysis: Analysis, console: Console, report_dir: str | None = None) ->
         if v.status == "pass" and len(passing) > _LIST_PASSING_UP_TO:
             continue
         bad = [f for f in analysis.findings_of(host) if f.status in (Status.FAIL, Status.ERROR, Status.WARN)]
-        if not v.reachable:
-            # Its checks all say "not checked: host unreachable"; the reason is the one line.
-            bad = [f for f in bad if f.symptoms] or bad[:1]
-        text = "; ".join(f"[{_STYLE[f.status.value]}]{_data(f.check)}[/]: {_data(f.summary)}" for f in bad[:4])
+        text = "; ".join(f"[{_STYLE[f.status.value]}]{_data(f.check)}[/]: {_data(f.summary)}{_unchecked(f)}"
+                         for f in bad[:4])
         if len(bad) > 4:
             text += f"; and {len(bad) - 4} more"
         table.add_row(_markup(_data(host)), _markup(f"[{_STYLE[v.status]}]{v.status.upper()}[/]"),
@@ -61,9 +60,30 @@ def show(analysis: Analysis, console: Console, report_dir: str | None = None) ->
             f"\n[bold]{_data(d.cause)}[/] ({_data(d.confidence)}) on {_data(', '.join(d.hosts)) or 'the fleet'}: "
             f"{_data(d.title)}\n  evidence: {_data(d.evidence)}\n  [bold]action:[/] {_data(d.action)}"
         ))
+    console.print()
+    show_line(analysis, console, report_dir)
+
+
+def verdict_line(analysis: Analysis, report_dir: str | None = None) -> Text:
+    """The run in one line: the hosts' verdicts counted, and where the report is (all that
+    ``-q`` prints)."""
     counts = {s: sum(v.status == s for v in analysis.hosts.values()) for s in ("pass", "warn", "fail", "error")}
-    console.print(_markup("\n" + ", ".join(f"[{_STYLE[s]}]{n} {s}[/]" for s, n in counts.items() if n)
-                          + (f" — report in {_data(report_dir)}" if report_dir else "")))
+    fleet = [f for f in analysis.findings if f.host is None and f.status in (Status.FAIL, Status.ERROR)]
+    text = ", ".join(f"[{_STYLE[s]}]{counted(n, s)}[/]" for s, n in counts.items() if n) or "no host"
+    if fleet:
+        # A fleet finding no host is blamed for still fails the run (exit 1): the line says so.
+        text += f", [{_STYLE['fail']}]{plural(len(fleet), 'fleet finding')} failing[/]"
+    return _markup(text + (f" — report in {_data(report_dir)}" if report_dir else ""))
+
+
+def show_line(analysis: Analysis, console: Console, report_dir: str | None = None) -> None:
+    """``verdict_line`` on one line of the console, never wrapped (a path stays whole)."""
+    console.print(verdict_line(analysis, report_dir), soft_wrap=True)
+
+
+def _unchecked(f) -> str:
+    ids = not_checked(f)
+    return f" ({plural(len(ids), 'check')} not run)" if ids else ""
 
 
 def _ms(value) -> str:

@@ -158,7 +158,7 @@ class SoakContext:
         return sweep.verdicts(self._sweeps, self.thresholds.sweep_outlier_fraction)
 
     def judge_sdc(self, host: str) -> Outcome:
-        return sdc.sdc(host, self.throughput[host])
+        return sdc.sdc(host, self.throughput[host], self.data.meta.engine, _burn_checked(self.data.meta.extra, host))
 
     def judge_ib_counters(self, host: str) -> Outcome:
         return ib.ib_counters(host, self.ib_readings.get(host, ()))
@@ -174,6 +174,16 @@ class SoakContext:
     def _outliers(self) -> dict[str, Outcome]:
         # One pass for every host: each host's GPUs are compared with the fleet's median.
         return throughput.outliers(self.gpus, self.trends, self.thresholds)
+
+
+def _burn_checked(extra, host: str) -> bool | None:
+    """Whether the host's burn checked its results, from its agent's summary in soak.json
+    (``agents.HOST.summary.engine.GPU.sdc``); None where no GPU's summary says."""
+    agent = ((extra or {}).get("agents") or {}).get(host) or {}
+    engine = (agent.get("summary") or {}).get("engine") if isinstance(agent, dict) else None
+    said = [g.get("sdc") for g in engine.values() if isinstance(g, dict)] if isinstance(engine, dict) else []
+    said = [v for v in said if isinstance(v, bool)]
+    return any(said) if said else None
 
 
 class _EveryHost(Mapping[str, pd.DataFrame]):
@@ -222,10 +232,11 @@ def soak_context(data: SoakData, thresholds: Thresholds = DEFAULT_THRESHOLDS,
     for host in hosts:
         if by_host[host]:
             notes += gpu_verdicts.gap_notes(host, by_host[host])
+    events = read_events(data.path, notes)
     return SoakContext(
         data=data, thresholds=th, hosts=hosts,
         gpus={h: tuple(by_host[h]) for h in hosts},
         trends={h: tuple(throughput_trends(thr_by_host[h], th)) if h in thr_by_host else () for h in hosts},
         telemetry=tele_by_host.only(h for h in hosts if by_host[h]),
         throughput=_EveryHost(thr_by_host, hosts, thr.iloc[:0]),
-        no_telemetry=no_telemetry, events=read_events(data.path), notes=tuple(notes), ib_readings=ib_readings)
+        no_telemetry=no_telemetry, events=events, notes=tuple(notes), ib_readings=ib_readings)

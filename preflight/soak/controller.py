@@ -65,10 +65,12 @@ def follow(plan: SoakPlan, console: Console, started: list[Started] | None = Non
     return SoakOutcome(plan.run_dir, outcomes, merge_soak(plan.run_dir, outcomes))
 
 
-def analyze_and_show(outcome: SoakOutcome, console: Console, slos: tuple = (), slo_budget: float = 0.05) -> bool:
+def analyze_and_show(outcome: SoakOutcome, console: Console, slos: tuple = (), slo_budget: float = 0.05,
+                     quiet: bool = False) -> bool:
     """Judge the merged directory and write the run's reports (report.json with its ``soak``
     section, report.md, report.html with the plots, junit.xml) beside the soak data, as
-    ``preflight analyze`` would; True when something failed."""
+    ``preflight analyze`` would; True when something failed. ``quiet`` (``-q``): the summary's
+    one line only."""
     # pandas, behind the soak's data and analysis, loads only once a soak is to be judged.
     from preflight.soak.data import SoakDataError
 
@@ -86,5 +88,5 @@ def analyze_and_show(outcome: SoakOutcome, console: Console, slos: tuple = (), s
     if isinstance(outcome.merged.get("started"), str):
         analysis.meta.setdefault("created", outcome.merged["started"])
     write_reports(outcome.run_dir, analysis)
-    terminal.show(analysis, console, str(outcome.run_dir))
+    (terminal.show_line if quiet else terminal.show)(analysis, console, str(outcome.run_dir))
     return analysis.failed

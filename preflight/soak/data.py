@@ -22,7 +22,9 @@ throughput.csv, set on rows that measure one GPU and empty on rows for the whole
 soak agent writes ``tflops`` per node and ``gpu_tflops`` per GPU that way).
 
 The agent appends rows as it samples, so a crash or a cut connection can leave the last line
-half written: a file that does not end in a newline has its last row dropped, with a note.
+half written: a file that does not end in a newline has its last row dropped, with a note, and a
+row with more cells than the header (a cut line with the next one appended to it) is not read,
+each named by its line in a note (bad_rows.py).
 ``throughput.csv`` is optional (telemetry converted from a DCGM dump has none); its absence
 is a note. Anything else that breaks the contract raises ``SoakDataError`` naming the file,
 the line and the field.
@@ -71,6 +73,7 @@ from preflight.contracts import (
     THROUGHPUT_COLUMNS,
     THROUGHPUT_CSV,
 )
+from preflight.soak import bad_rows
 from preflight.soak.hostrows import HostFrames, SpilledFrames, SpillStore, by_time, host_rows
 from preflight.soak.order import StepBack, host_order, order_of
 
@@ -274,15 +277,29 @@ def _compact(df: pd.DataFrame, columns: Iterable[str]) -> None:
             df[col] = small
 
 
-def read_events(soak_dir: str | Path) -> tuple[dict[str, str], ...]:
+def read_events(soak_dir: str | Path, notes: list[str] | None = None) -> tuple[dict[str, str], ...]:
     """events.csv's rows as they are, in file order. The file is optional and read, not
     validated: the agent writes it as things happen, so an absent file reads as no events and
-    a row cut short as the cells it has."""
+    a row cut short as the cells it has. A row with more cells than the header (a cut line with
+    the next appended to it) is not read: ``notes``, where given, gains one naming its lines."""
+    rows: list[dict[str, str]] = []
+    skipped: list[tuple[int, int, int]] = []
     try:
         with (Path(soak_dir) / EVENTS_CSV).open(newline="", encoding="utf-8", errors="replace") as f:
-            return tuple(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            for row in reader:
+                extra = row.get(None)  # DictReader's key for the cells past the header's
+                if extra:
+                    width = len(reader.fieldnames or ())
+                    skipped.append((reader.line_num, width, width + len(extra)))
+                    continue
+                rows.append(row)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return ()
+    said = bad_rows.note(EVENTS_CSV, skipped)
+    if said and notes is not None:
+        notes.append(said)
+    return tuple(rows)
 
 
 def _read_meta(path: Path) -> SoakMeta:
@@ -338,19 +355,29 @@ def _chunks(path: Path, columns: Sequence[str], notes: list[str],
         if known:
             notes += _unknown_fields(path.name, header, known, "columns")
         numeric_na = {c: _NOT_AVAILABLE for c in header if c not in ("host", "metric")}
-        usecols = None if keep is None else [c for c in header if str(c).strip() in keep]
-        # Blank lines are kept (as all-empty rows) so that row i is always line i + 2.
+        wanted = None if keep is None else [c for c in header if str(c).strip() in keep]
+        # Blank lines are kept (as all-empty rows) so that row i is line i + 2, less the lines
+        # skipped for having more cells than the header (bad_rows.py). Every column is parsed, as
+        # only then does the parser find those lines; the ones not wanted go chunk by chunk.
+        skipped = bad_rows.leading(path, len(header))
         options = dict(dtype={"host": str, "metric": str}, keep_default_na=False, encoding="utf-8",
-                       na_values=numeric_na, skip_blank_lines=False, usecols=usecols)
+                       na_values=numeric_na, skip_blank_lines=False, on_bad_lines="warn", index_col=False,
+                       skiprows=[line - 1 for line, _, _ in skipped] or None)
         with pd.read_csv(path, chunksize=CHUNK_ROWS, **options) as reader:
             pending = None
-            for chunk in reader:
+            while True:
+                with bad_rows.collected(skipped):  # around the parse alone, not the consumer's work
+                    chunk = next(reader, None)
+                if chunk is None:
+                    break
+                chunk = chunk if wanted is None else chunk[wanted]
                 if pending is not None:
-                    yield _checked(pending, path, columns, notes, convert, last=False)
+                    yield _checked(pending, path, columns, notes, convert, skipped, last=False)
                 pending = chunk
         if pending is None:  # a header alone
             pending = pd.read_csv(path, **options)
-        yield _checked(pending, path, columns, notes, convert, last=True)
+            pending = pending if wanted is None else pending[wanted]
+        yield _checked(pending, path, columns, notes, convert, skipped, last=True)
     except pd.errors.EmptyDataError:
         raise SoakDataError(path, "empty file (expected a header line)", line=1) from None
     except pd.errors.ParserError as exc:
@@ -362,15 +389,21 @@ def _chunks(path: Path, columns: Sequence[str], notes: list[str],
 
 
 def _checked(df: pd.DataFrame, path: Path, columns: Sequence[str], notes: list[str],
-             convert: Callable[[pd.DataFrame], None], *, last: bool) -> pd.DataFrame:
+             convert: Callable[[pd.DataFrame], None], skipped: list[tuple[int, int, int]], *,
+             last: bool) -> pd.DataFrame:
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise SoakDataError(path, "required column missing from the header (a column with no data "
                             "stays, with empty cells)", line=1, field=missing[0])
-    # The parser numbers rows on across chunks, so row i is line i + 2 in every chunk.
-    df["_line"] = df.index + 2
-    if last and len(df) and not _ends_with_newline(path):
+    # The parser numbers rows on across chunks; the lines it skipped (bad_rows.py) are counted in.
+    df["_line"] = bad_rows.file_lines(df.index.to_numpy(), [line for line, _, _ in skipped])
+    if last:
+        said = bad_rows.note(path.name, skipped)
+        if said:
+            notes.append(said)
+    cut_line_skipped = bool(skipped) and len(df) and max(line for line, _, _ in skipped) > df["_line"].iloc[-1]
+    if last and len(df) and not cut_line_skipped and not _ends_with_newline(path):
         notes.append(f"{path.name}: last line {int(df['_line'].iloc[-1])} has no newline "
                      "(cut off while being written); ignored")
         df = df.iloc[:-1]

@@ -18,13 +18,14 @@ from preflight.model import Evidence, Status
 SYMPTOM = "gpu-silent-data-corruption"
 
 
-def sdc(host: str, rows: pd.DataFrame) -> Outcome:
-    """``rows``: the host's throughput.csv rows (time, metric, value, gpu)."""
+def sdc(host: str, rows: pd.DataFrame, engine: str | None = None, checked: bool | None = None) -> Outcome:
+    """``rows``: the host's throughput.csv rows (time, metric, value, gpu). ``engine``: soak.json's;
+    ``checked``: whether the host's burn says it checked its results (its summary's ``sdc``, written
+    since it was added; None where the agent wrote none), for the reason of a SKIP."""
     checks = rows[rows["metric"] == "gpu_sdc_mismatches"]
     agrees = rows[rows["metric"] == "gpu_sdc_agrees"]
     if checks.empty and agrees.empty:
-        return Outcome(Status.SKIP, "the engine did not check its results (only the burn does, unless run "
-                                    "with --no-sdc)", host=host)
+        return Outcome(Status.SKIP, _unchecked(engine, checked), host=host)
     t0 = rows["time"].min()
     wrong, evidence = [], []
     for gpu, got in checks[checks["value"] > 0].groupby("gpu"):
@@ -47,3 +48,19 @@ def sdc(host: str, rows: pd.DataFrame) -> Outcome:
     return Outcome(Status.PASS, f"{len(checks)} windows of result checks on {gpus} GPU(s): every GEMM result "
                                 f"identical to the first, and across the node's GPUs", (), (),
                    {"windows": len(checks)}, host)
+
+
+def _unchecked(engine: str | None, checked: bool | None) -> str:
+    """Why a host's soak has no result checks, as far as its soak.json can tell."""
+    if engine != "burn":
+        return (f"the {engine} engine does not check its results (only the burn does)" if engine
+                else "no result checks in the soak (only the burn makes them)")
+    if checked is False:
+        return "the burn ran with --no-sdc: its results were not checked"
+    if checked:
+        return "the burn was to check its results but recorded no check (did a window finish?)"
+    # The example h200-soak-5min is such a soak: recorded (2026-11-29) before the burn checked
+    # its results, so its agent's summary has no "sdc" and its throughput.csv no gpu_sdc rows.
+    return ("the burn recorded no result checks: its agent predates them (its summary names no sdc), "
+            "or it ran with --no-sdc")
+

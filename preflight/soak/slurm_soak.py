@@ -36,7 +36,7 @@ from ClusterShell.NodeSet import NodeSet
 from rich.console import Console
 
 from preflight.collect.slurm import SlurmNode
-from preflight.collect.slurm_job import allocate, chunks, node_states, release
+from preflight.collect.slurm_job import allocate, gpu_groups, node_states, release
 from preflight.contracts import SLURM_ERROR
 from preflight.parse.slurm import parse_step_stderr
 from preflight.soak.follow import HEARTBEAT_JSON, last_json_line, pull_argv
@@ -103,9 +103,11 @@ def allocate_soak(plan: SoakPlan, needed: float) -> SoakPlan:
     opts = replace(opts, time=opts.time or time_limit(needed))
     jobs: list[SlurmJob] = []
     try:
-        for group in chunks(usable, opts.max_nodes_per_job):
+        # Every GPU slurm.conf gives each node, as run --slurm asks: under ConstrainDevices=yes
+        # the agents' step (and the polls beside it) would see no GPU otherwise.
+        for gpus, group in gpu_groups(usable, states, opts):
             # allocate() derives --time from a budget only when none is set; it is set above.
-            a = allocate(group, opts, f"preflight-soak-{plan.run_id}", needed)
+            a = allocate(group, opts, f"preflight-soak-{plan.run_id}", needed, gpus=gpus)
             jobs.append(SlurmJob(a.job, a.nodes, a.why_not))
     except BaseException:
         for j in jobs:

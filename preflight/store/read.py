@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import time
 from collections import defaultdict
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from preflight.judge import trends
 from preflight.judge.figures import FIGURES
 from preflight.model import HostHistory, PastRun
-from preflight.store import seek
+from preflight.store import precision, seek
 from preflight.store.db import Store, StoreError
 from preflight.store.rows import iso
 
@@ -41,9 +42,8 @@ def up_to_latest(store: Store, since: float) -> Window:
     later: a run from a writer whose clock is ahead is shown (and acted on by the lifecycle)
     now, not once the reader's clock has caught up. The runs' maximum is read from its index's
     end; the events (drains, resumes, the lifecycle's steps) are few beside the runs."""
-    latest = [v for (v,) in store.rows("SELECT MAX(started) FROM pf_runs UNION ALL SELECT MAX(at) FROM pf_events")
-              if v is not None]
-    return Window(since, max([time.time(), *latest]))
+    latest = precision.latest(store)
+    return Window(since, time.time() if latest is None else max(time.time(), latest))
 
 
 def nodes_like(store: Store, node: str, limit: int = 5) -> list[str]:
@@ -65,11 +65,34 @@ def nodes_like(store: Store, node: str, limit: int = 5) -> list[str]:
         params += [probe, limit, probe, limit]
     union = " UNION ".join(f"SELECT host FROM {side}{i} WHERE host IS NOT NULL"
                            for i in range(len(probes)) for side in "ba")
-    found = [r[0] for r in store.rows(f"WITH RECURSIVE {', '.join(steps)} {union}", params)]
+    # gpu07 for gpu007: the same name with its number written to another width is not a neighbour
+    # in sorted order (gpu060...gpu064 are, in a 64-node fleet), so each such spelling is looked up
+    # too, by one seek each, in the same statement, and comes first.
+    spellings = list(dict.fromkeys(name for probe in probes for name in _number_spellings(probe) if name != node))
+    union += "".join(" UNION SELECT host FROM (SELECT (SELECT h.host FROM pf_host_results h WHERE h.host = ? "
+                     "LIMIT 1) AS host) s WHERE host IS NOT NULL" for _ in spellings)
+    found = [r[0] for r in store.rows(f"WITH RECURSIVE {', '.join(steps)} {union}", [*params, *spellings])]
     key = node.casefold()
-    shared = {name: _common_prefix(key, name.casefold()) for name in found}
+    same_number = sorted(name for name in found if name in spellings)
+    shared = {name: _common_prefix(key, name.casefold()) for name in found if name not in spellings}
     best = max(shared.values(), default=0)
-    return sorted(name for name, n in shared.items() if n == best and best)[:limit]
+    return (same_number + sorted(name for name, n in shared.items() if n == best and best))[:limit]
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def _number_spellings(node: str, longest: int = 12) -> list[str]:
+    """``node`` with its last number written without leading zeros and zero-padded to up to two
+    digits more than typed (gpu07: gpu7, gpu007, gpu0007), itself left out."""
+    numbers = list(_NUMBER.finditer(node))
+    if not numbers or len(numbers[-1].group()) > longest:
+        return []
+    m = numbers[-1]
+    digits = m.group().lstrip("0") or "0"
+    widths = range(len(digits), max(len(m.group()), len(digits)) + 3)
+    spelled = (node[:m.start()] + digits.zfill(w) + node[m.end():] for w in widths)
+    return [name for name in dict.fromkeys(spelled) if name != node]
 
 
 def isos(times: list[float]) -> list[str]:
@@ -283,7 +306,7 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
     for _, cause, _, _ in cause_hits:
         cause_failures[cause] += 1
     host_runs = sum(hosts for _, _, hosts, _ in groups)
-    nodes = seek.nodes_in(store, *w)
+    nodes, node_days = precision.nodes_and_days(store, *w)
     first = min((f for *_, f in groups), default=window.end)
     span_h = max(0.0, (window.end - first) / 3600)
     node_hours = (nodes or 0) * span_h
@@ -301,6 +324,7 @@ def fleet(store: Store, window: Window, policy: trends.Policy | None = None) -> 
                   # Any host-run may carry any cause: each cause's runs are all of them.
                   + trends.rates({c: host_runs for c in cause_failures}, cause_incidents, cause_failures, node_hours,
                                  "cause")),
+        "precision": precision.precision(store, *w, policy.returns_within_s, node_days),
     }
 
 

@@ -35,16 +35,6 @@ def _rows(store: Store, sql: str, params: Sequence = ()) -> list[tuple]:
     return store.rows(sql, params)
 
 
-def nodes_in(store: Store, since: float, until: float) -> int:
-    """How many nodes have a host result in the window: each recorded node is found by one seek
-    on (host, started), and asked whether it has a run in the window by another."""
-    return int(_rows(store,
-        "WITH RECURSIVE n(host) AS (SELECT MIN(host) FROM pf_host_results UNION ALL "
-        "SELECT (SELECT MIN(h.host) FROM pf_host_results h WHERE h.host > n.host) FROM n WHERE n.host IS NOT NULL) "
-        "SELECT COUNT(*) FROM n WHERE n.host IS NOT NULL AND EXISTS (SELECT 1 FROM pf_host_results h "
-        "WHERE h.host = n.host AND h.started >= ? AND h.started <= ?)", (since, until))[0][0] or 0)
-
-
 # The (node, figure) pairs the store holds readings of, one seek each on (host, figure, started).
 _FIGURE_PAIRS = (
     "n(host) AS (SELECT MIN(host) FROM pf_figures UNION ALL "

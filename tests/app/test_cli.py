@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from derived import h200_node_xml
+from derived import cuda_of, h200_node_xml
 
 from preflight.app.cli import main
 from preflight.evidence.bundle import FORMAT
@@ -77,7 +77,9 @@ def test_report_files_are_written_and_consistent(tmp_path):
     case = root.find("./testsuite[@name='gpu04']/testcase[@name='gpu-inventory']")
     assert case.find("failure").get("message").startswith("7 of 8 GPUs visible")
     assert "cause: gpu-missing" in case.find("failure").get("message")
-    assert root.find("./testsuite[@name='gpu07']/testcase[@name='gpu-inventory']/error") is not None
+    # The unreached gpu07 is one error, naming the checks it could not run (issue 34).
+    [down] = root.findall("./testsuite[@name='gpu07']/testcase")
+    assert down.get("name") == "connectivity" and "gpu-inventory" in down.find("error").text
 
 
 def test_analyze_accepts_a_run_directory(tmp_path):
@@ -146,3 +148,38 @@ def test_run_local_on_this_machine(tmp_path):
         assert "nvidia-smi is not installed" in inv["summary"]
     else:  # a machine with a GPU: the probe ran and was saved byte for byte
         assert (run / "bundle" / "hosts" / host / "nvidia-smi-q-x.txt").stat().st_size > 0
+
+
+def test_a_cuda_version_that_comes_with_the_driver_is_not_a_second_action(tmp_path):
+    # Issue 34: a real R570 driver prints CUDA 12.8 (tests/derived.py cuda_of), so a node on another
+    # driver differs in both; moving the driver is the one action, both differences the evidence.
+    bundle = write_bundle(tmp_path / "bundle", {
+        **{f"gpu0{i}": {"nvidia-smi-q-x": h200_node_xml(8)} for i in range(1, 4)},
+        "gpu04": {"nvidia-smi-q-x": h200_node_xml(8, driver="570.195.03", cuda=cuda_of("570.195.03"))},
+        "gpu05": {"nvidia-smi-q-x": h200_node_xml(8, cuda="12.9")},  # the CUDA version alone differs
+    })
+    assert main(["analyze", str(bundle), "--out", str(tmp_path / "out"), "-q", "--no-db"]) == 1
+    found = {f["host"]: f for f in read_report(tmp_path / "out")["findings"] if f["check"] == "fleet-consistency"}
+    assert found["gpu04"]["data"]["action"] == ("move gpu04 to driver 580.159.04 (it runs 570.195.03), then reboot "
+                                                "and re-run preflight")
+    assert found["gpu04"]["summary"].startswith("driver 570.195.03, the fleet runs 580.159.04; CUDA 12.8, the fleet "
+                                                "runs 13.0 [")
+    assert found["gpu05"]["data"]["action"] == "move gpu05 to CUDA 13.0 (it runs 12.9), then reboot and re-run preflight"
+
+
+def test_analyze_and_merge_json_is_report_json_on_stdout_alone(tmp_path, capsysbinary):
+    """--json (issue 34): report.json's bytes on stdout and nothing else there; what a person
+    reads goes to stderr; the exit code is the command's."""
+    bundle = fleet(tmp_path)
+    assert main(["analyze", str(bundle), "--out", str(tmp_path / "a"), "--json", "--no-html"]) == 1
+    out, err = capsysbinary.readouterr()
+    [report] = (tmp_path / "a").glob("*/report.json")
+    assert out == report.read_bytes() and json.loads(out)["hosts"]["gpu07"]["reachable"] is False
+    assert b"3 pass, 2 fail, 2 errors" in err and b"report in" in err  # the summary, on stderr
+    assert main(["merge", str(bundle), "--out", str(tmp_path / "m"), "--run-id", "m", "--json", "-q"]) == 1
+    out, err = capsysbinary.readouterr()
+    assert out == (tmp_path / "m" / "m" / "report.json").read_bytes()
+    assert err.decode().splitlines() == [f"3 pass, 2 fail, 2 errors — report in {tmp_path / 'm' / 'm'}"]
+    # Bad input: nothing on stdout.
+    assert main(["analyze", str(tmp_path / "nowhere"), "--out", str(tmp_path / "a"), "--json"]) == 2
+    assert capsysbinary.readouterr().out == b""

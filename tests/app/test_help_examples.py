@@ -10,11 +10,17 @@ import pytest
 from preflight.app import soak_cli
 from preflight.app.cli import build_parser
 
-COMMANDS = ["run", "soak", "analyze", "history", "lifecycle"]
+COMMANDS = sorted(build_parser()._subparsers._group_actions[0].choices)
 
 
 def _help(parser, command: str) -> str:
     return parser._subparsers._group_actions[0].choices[command].format_help()
+
+
+def test_every_command_is_walked():
+    # Every subparser the command line has (README: "each ends with examples"), not a list kept by hand.
+    assert {"run", "analyze", "merge", "baseline", "healthcheck", "prolog", "fabric", "drain", "resume", "history",
+            "lifecycle", "checks", "facts", "explain", "diff", "soak"} <= set(COMMANDS)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -31,3 +37,15 @@ def test_help_ends_with_examples_the_parser_accepts(command):
         assert args.command == command
         if command == "soak":
             assert soak_cli.soak_seconds(args) > 0  # option combinations the soak refuses raise here
+
+
+def test_the_top_level_help_is_plain_text_and_ends_with_examples():
+    parser = build_parser()
+    text = parser.format_help()
+    description = text.split("\n\n")[1]
+    # Not the module's docstring (reStructuredText, cut at its first line).
+    assert "``" not in text and description.rstrip().endswith("for each command.")
+    examples = [line.strip() for line in text.split("\nexamples:\n", 1)[1].splitlines() if line.strip()]
+    assert len(examples) >= 2
+    for line in examples:
+        assert parser.parse_args(shlex.split(line)[1:]).command

@@ -39,6 +39,16 @@ def test_facts_piped_are_one_line_per_fact(capsys):
     assert nics.split("\t")[1] == "ibv-devinfo,ibstat,mlxfwmanager,ib-sysfs,ethtool-i"  # catalogue order
 
 
+def test_facts_read_as_text_not_as_a_docstring(capsys):
+    # Issue 34: ``SmiReport`` and the docstring's indentation ("missing     only") were printed as is.
+    docs = {f["name"]: f["doc"] for f in json.loads(_out(capsys, ["facts", "--json"]))}
+    assert docs["topo"] == "`TopoMatrix` from `nvidia-smi topo -m`."
+    for name, doc in docs.items():
+        assert "``" not in doc and "  " not in doc and "\n" not in doc, name
+    for line in _out(capsys, ["facts"]).splitlines():
+        assert "``" not in line and "  " not in line
+
+
 def test_explain_list_piped_is_id_tab_title(capsys):
     lines = _out(capsys, ["explain", "--list"]).splitlines()
     kb = load_knowledge()
@@ -50,8 +60,9 @@ def test_checks_json_has_every_check_with_what_it_reads(capsys):
     assert [c["id"] for c in got] == [c.id for c in load_checks()]
     [nvlink] = [c for c in got if c["id"] == "nvlink"]
     assert nvlink == {"id": "nvlink", "scope": "host", "summary": nvlink["summary"],
-                      "facts": ["nvlink_status", "topo"],
-                      "probes": ["nvidia-smi-topo", "nvidia-smi-nvlink-status"], "source": "checks/nvlink.py"}
+                      "facts": ["nvlink_status", "topo", "gpu_census"],
+                      "probes": ["nvidia-smi-q-x", "nvidia-smi-q", "nvidia-smi-topo", "nvidia-smi-nvlink-status"],
+                      "source": "checks/nvlink.py"}
     assert all(p in PROBES for c in got for p in c["probes"])
 
 

@@ -63,3 +63,54 @@ def test_hosts_failing_their_own_checks_show_before_the_run_ends():
     console.print(render(p.snapshot(), 1))
     text = " ".join(console.export_text().split())
     assert "failing their own checks: gpu03, gpu04, gpu05, gpu06, gpu08 and 1 more" in text
+
+
+def test_plain_lines_name_each_verdict_once_and_what_a_slow_run_waits_on():
+    """Off a terminal (a CI log, `| tee`) the run's progress is lines (preflight/app/run_output.py):
+    a host's verdict once it is judged (again only when a later judgement changes it), and a
+    heartbeat naming the hosts furthest behind."""
+    from preflight.app.run_output import ProgressLines
+
+    now = [0.0]
+    lines: list[str] = []
+    tracker = RunProgress(["gpu01", "gpu02", "gpu03"], probes_per_host=2, clock=lambda: now[0])
+    out = ProgressLines(tracker, 2, lines.append, every_s=0)
+    out.start(3)
+    for r in (result("gpu01", "p1"), result("gpu01", "p2"), result("gpu02", "p1")):
+        tracker.record(r)
+    now[0] = 4.0
+    out.judged("gpu01", "fail")
+    out.judged("gpu01", "fail")  # judged again on the same verdict: nothing new to say
+    now[0] = 31.0
+    out.heartbeat()
+    for r in (result("gpu02", "p2"), result("gpu03", "p1", "refused"), result("gpu03", "p2", "refused")):
+        tracker.record(r)
+    out.judged("gpu03", "error")
+    out.heartbeat()
+    out.stop()
+    assert lines == [
+        "preflight run: 3 hosts, 2 probes each",
+        "preflight run: gpu01 FAIL (1 of 3 hosts judged, 4 s)",
+        "preflight run: 1 of 3 hosts done, 1 partly heard, 1 not heard yet, 31 s; "
+        "furthest behind: gpu03 (0/2), gpu02 (1/2)",
+        "preflight run: gpu03 ERROR (2 of 3 hosts judged, 31 s)",
+        "preflight run: all 3 hosts probed, 31 s; the fleet's stages and the judgement go on",
+    ]
+
+
+def test_the_heartbeat_runs_on_its_own_until_stopped():
+    import threading
+
+    from preflight.app.run_output import ProgressLines
+
+    lines: list[str] = []
+    beat = threading.Event()
+    out = ProgressLines(RunProgress(["gpu01"], 1), 1, lambda line: (lines.append(line), beat.set()), every_s=0.01)
+    beat.clear()
+    out.start(1)
+    beat.clear()
+    assert beat.wait(5)
+    out.stop()
+    count = len(lines)
+    assert count >= 2 and lines[1].startswith("preflight run: 0 of 1 host done")
+    assert len(lines) == count  # stopped: no more lines

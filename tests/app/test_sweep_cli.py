@@ -102,7 +102,7 @@ def _exec_start(unit: Path) -> list[str]:
 
 def test_the_systemd_units_exec_start_is_a_command_line_the_cli_accepts():
     argv = _exec_start(SYSTEMD / "preflight-sweep.service")
-    assert argv[0].endswith("preflight")
+    assert argv[0] == "/opt/preflight/bin/preflight"  # where docs/nodes.md installs it
     args = build_parser().parse_args(argv[1:])
     assert args.command == "sweep" and args.slurm and args.site and not args.job and not args.dry_run
     timer = (SYSTEMD / "preflight-sweep.timer").read_text()

@@ -126,11 +126,14 @@ def test_no_fabric_state_on_an_nvl72_tray_fails():
 
 def test_one_gpu_vm_is_skipped():
     # The real 1-GPU H100 VM reports Completed, the real H200 VM N/A: a lone GPU is never judged.
+    # Judged as an 8-GPU HGX board (the profile the run was given), the skip says so rather than
+    # calling the fabric "not applicable" on a platform that has one (issue 33).
     for probes in ({SMI: H100_TEXT.read_text()}, {SMI_X: (CORPUS / "h200-vm/smi-q.xml").read_text()},
                    {SMI: (CORPUS / "h200-vm/smi-q.txt").read_text()}):
         [f] = fabric(probes, "hgx-h200")
         assert f.status is Status.SKIP
-        assert f.summary == "1 GPU: NVSwitch fabric not applicable (NVML reports no fabric for a lone GPU)"
+        assert f.summary == ("1 GPU listed where a NVIDIA HGX H200 8-GPU has 8 (gpu-inventory judges the count): "
+                             "NVSwitch fabric not judged (NVML reports no fabric for a lone GPU)")
 
 
 def test_generic_profile_passes_over_a_registered_fabric():

@@ -228,7 +228,8 @@ def test_one_wrong_value_fails_even_on_a_single_gpu():
     assert row in H200_1GPU
     f = judge(probe_output([(H200_1GPU.replace(row, row[:-1] + "1"), 0, 9)], gpus=1), "hgx-h200")
     assert (f.status, f.symptoms) == (Status.FAIL, ("nccl-data-corruption",))
-    assert f.summary.startswith("wrong results: 1 wrong values at 2 GiB in repetition(s) 1; single GPU")
+    assert f.summary.startswith("wrong results: 1 wrong values at 2 GiB in repetition(s) 1; the run used 1 GPU "
+                                "where a NVIDIA HGX H200 8-GPU has 8")
     assert f.evidence[0].excerpt.startswith("2147483648")
 
 
@@ -331,8 +332,9 @@ def test_probes_for_builds_the_nccl_probe_with_the_run_options():
 
 def test_cli_passes_the_active_test_options_and_quick_leaves_them_out(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr("preflight.app.cli.execute",
-                        lambda req, progress=None: seen.append(req.plan.probes) or (tmp_path, SimpleNamespace(failed=False)))
+    nothing = SimpleNamespace(failed=False, hosts={}, findings=[])  # what -q's one line reads
+    monkeypatch.setattr("preflight.app.run_output.execute",
+                        lambda req, progress=None: seen.append(req.plan.probes) or (tmp_path, nothing))
     argv = ["run", "--local", "-q", "--out", str(tmp_path), "--checks", "nccl-all-reduce,gpu-inventory"]
     assert main(argv + ["--nccl-reps", "3", "--nccl-max-bytes", "512M", "--nccl-timeout", "90",
                         "--nccl-tests-dir", "/opt/nccl-tests/build"]) == 0

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from captures import B300_NVLINK, H100_P5_NVLINK
 from ctx import make_host, result, run_check
 from derived import ALL_LINKS_INACTIVE, H100_NVLINK, links_unretrievable, node_nvlink_status, set_link
 
@@ -140,21 +141,41 @@ def test_nvlink_down_diagnosis_uses_the_finding_action():
 
 # ---- nvlink: not applicable and missing evidence ----------------------------------------------
 
+# One GPU judged as an 8-GPU HGX board (the profile given) is not "not applicable": the skip says
+# the board has 8 and leaves the count to gpu-inventory (issue 33); without a profile figure a lone
+# GPU is not applicable.
+
 def test_one_gpu_vm_that_printed_nothing_is_skipped():
     f = nvlink({STATUS: load("h200-vm/nvlink-status.txt"), TOPO: load("h200-vm/topo.txt")}, "hgx-h200")
     assert f.status is Status.SKIP
-    assert f.summary == "1 GPU: NVLink not applicable"
+    assert f.summary == ("1 GPU listed where a NVIDIA HGX H200 8-GPU has 8 (gpu-inventory judges the count): "
+                         "NVLink not judged")
+    assert nvlink({STATUS: load("h200-vm/nvlink-status.txt"), TOPO: load("h200-vm/topo.txt")},
+                  "generic").summary.startswith("no NVLink expectation for this platform")
 
 
 @pytest.mark.parametrize("name", ["nvlink/h200-1gpu-drv590-nvlink-s.txt", "nvlink/h100-1gpu-vm-drv590-nvlink-s.txt"])
 def test_one_gpu_with_its_18_links_is_skipped_not_judged(name):
-    assert nvlink({STATUS: load(name)}).summary == "1 GPU: NVLink not applicable"
+    assert nvlink({STATUS: load(name)}, "generic").summary == "1 GPU: NVLink not applicable"
+    # Against the HGX board's figures its 18 links are read, but one GPU passes nothing of the board.
+    f = nvlink({STATUS: load(name)})
+    assert f.status is Status.SKIP
+    assert f.summary.startswith("1 GPUs x 18 links active at 26.562 GB/s; 1 GPU listed where a NVIDIA HGX H100 "
+                                "8-GPU has 8")
+    assert f.summary.endswith("the board's other GPUs not shown, so not judged")
+
+
+def test_one_gpu_of_a_board_with_a_link_down_fails():
+    f = nvlink({STATUS: set_link(load("nvlink/h100-1gpu-vm-drv590-nvlink-s.txt"), gpu=0, link=5, value="<inactive>")})
+    assert f.status is Status.FAIL and f.summary.startswith("GPU0: 1 of 18 links inactive (link 5)")
 
 
 @pytest.mark.parametrize("topo", ["topo/h100-1gpu-vm-drv590-ansi-header.txt", "topo/l40s-1gpu-drv595-ansi-header.txt"])
 def test_one_gpu_topology_is_skipped(topo):
     f = nvlink({TOPO: load(topo)})
-    assert (f.status, f.summary) == (Status.SKIP, "1 GPU: NVLink not applicable")
+    assert f.status is Status.SKIP and "not applicable" not in f.summary
+    assert f.summary.startswith("1 GPU listed where a NVIDIA HGX H100 8-GPU has 8")
+    assert nvlink({TOPO: load(topo)}, "generic").status is Status.SKIP
 
 
 def test_mig_mode_is_skipped_with_nvidia_smi_words():
@@ -330,7 +351,7 @@ def test_an_sxm_gpu_listing_fewer_links_than_its_part_fails_without_a_profile():
 @pytest.mark.parametrize("name, family, links", [
     ("Tesla V100-SXM2-32GB", "V100", 6), ("NVIDIA A100-SXM4-80GB", "A100", 12), ("NVIDIA A800-SXM4-80GB", "A800", None),
     ("NVIDIA H100 80GB HBM3", "H100", 18), ("NVIDIA H200", "H200", 18), ("NVIDIA H800", "H800", 8),
-    ("NVIDIA B200", "B200", 18),
+    ("NVIDIA B200", "B200", 18), ("NVIDIA B300 SXM6 AC", "B300", 18),
 ])
 def test_sxm_parts_and_their_link_counts(name, family, links):
     # Product names as nvidia-smi prints them in the corpus captures (and, for H800, a public capture).
@@ -346,3 +367,49 @@ def test_pcie_cards_are_no_sxm_part(name):
     from preflight.knowledge.nvlink_parts import part_of
 
     assert part_of(name) is None
+
+
+# ---- the part from any evidence (issue 33) -----------------------------------------------------
+# Without a platform profile, a GPU's part (playbooks/nvlink_parts.yaml) is the expectation. It is
+# learnt from the link listing's own header, else from any other probe naming the node's GPUs
+# (checks/_nvlink_part.py); one GPU whose links are down is judged by it.
+
+H100_1GPU = "nvlink/h100-1gpu-vm-drv590-nvlink-s.txt"
+
+
+def test_an_sxm_part_with_all_links_inactive_named_only_by_the_link_listing_fails():
+    # The real 1-GPU H100 listing with its link lines in place of NVML's all-inactive message
+    # (open-gpu-kernel-modules#1150; tests/derived.py says what is assumed of its place).
+    status = links_unretrievable(load(H100_1GPU), [0])
+    f = nvlink({STATUS: status}, "generic")
+    assert f.status is Status.FAIL and f.symptoms == ("nvlink-down",), f.summary
+    assert f.summary.startswith(f"GPU0 (NVIDIA H100 80GB HBM3): all links inactive ({ALL_LINKS_INACTIVE})")
+    assert "[the H100 SXM5 (NVLink4) has 18 links per GPU, from its form factor;" in f.summary
+    assert f.data["part_named_by"] == STATUS
+    # nvidia-smi -q naming the same GPU changes nothing.
+    both = nvlink({STATUS: status, "nvidia-smi-q": load("smi-q/h100-80gb-hbm3-drv590-under-load.txt")}, "generic")
+    assert both.status is Status.FAIL and both.summary == f.summary
+
+
+def test_the_link_listings_own_name_wins_over_another_probes_and_the_verdict_says_so():
+    # Two real captures of different nodes in one bundle: a V100-SXM2 listing with links 3 and 5
+    # down, and lspci of an A100 SXM4 node. The listing's header names the GPU whose links it shows.
+    f = nvlink({STATUS: load("nvlink/v100-sxm2-gpu3-2-of-6-links-inactive-excerpt.txt"),
+                "lspci": load("lspci/a100-sxm4-40gb-lspci-vvv-nn-header-excerpt.txt")}, "generic")
+    assert f.status is Status.FAIL
+    assert "the V100 SXM2/SXM3 (NVLink2) has 6 links per GPU, from its form factor; judged so although lspci " \
+           "names 'A100 SXM4 40GB'" in f.summary
+
+
+def test_a_healthy_8_gpu_sxm_listing_without_a_profile_passes_by_its_part():
+    f = nvlink({STATUS: H100_P5_NVLINK}, "generic")
+    assert f.status is Status.PASS and f.summary.startswith("8 GPUs x 18 links active [the H100 SXM5")
+
+
+def test_a_b300_listing_without_a_profile_is_held_to_its_part():
+    # The real XE9780 listing (7 x NVIDIA B300 SXM6 AC, 18 links each): healthy by its part; the same
+    # with GPU 2's links all inactive is a fault, not "a dead fabric cannot be told" (issue 33).
+    f = nvlink({STATUS: B300_NVLINK}, "generic")
+    assert f.status is Status.PASS and f.summary.startswith("7 GPUs x 18 links active [the B300 SXM6 (NVLink5)")
+    dead = nvlink({STATUS: links_unretrievable(B300_NVLINK, [2])}, "generic")
+    assert dead.status is Status.FAIL and dead.summary.startswith("GPU2 (NVIDIA B300 SXM6 AC): all links inactive")

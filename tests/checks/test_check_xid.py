@@ -143,8 +143,11 @@ def test_bare_xid45_is_an_aborted_application_reported_as_info():
 def test_gsp_rpc_history_dump_fails_as_a_gsp_error():
     [f] = xid(log("gsp-timeout-rpc-history-table-gpu6.txt"))
     assert (f.status, f.symptoms) == (Status.FAIL, ("gpu-gsp-error",))
-    assert f.summary.startswith("Xid 119 GSP_RPC_TIMEOUT on GPU6, 1 line (driver message without an Xid line)")
-    assert "(RESET_GPU)" in f.action
+    # The log prints no Xid 119: the dump is named as what it is, never as an Xid (issue 33).
+    assert f.summary == ("GSP RPC history dump (after a GSP RPC timeout or failure) on GPU6, 1 line "
+                         "(driver message without an Xid line)")
+    assert "xid-119" not in f.symptoms and f.data["fault"] == "gsp" and "code" not in f.data
+    assert "no Xid was printed" in f.action and "(RESET_GPU)" in f.action
 
 
 def test_gsp_core_dump_with_talos_prefix_fails():
@@ -241,3 +244,47 @@ def test_kernel_log_not_collected_is_not_applicable_and_a_failed_one_is_an_error
     [f] = run_check("xid", make_host({"kernel-log": denied}))
     assert (f.status, f.symptoms) == (Status.ERROR, ("probe-failed",))
     assert "Operation not permitted" in f.evidence[0].excerpt
+
+
+# ---- the driver's own failure lines, without an Xid (issue 33) --------------------------------
+
+@pytest.mark.parametrize("name, cause, summary", [
+    # ublue-os/bazzite#4449: no Xid line; the heartbeat timeout passed the check before.
+    ("gsp-rm-heartbeat-timed-out-journalctl-no-hostname.txt", "gpu-gsp-error",
+     "GSP heartbeat timed out on GPU0, 1 line (driver message without an Xid line)"),
+    # NVIDIA/open-gpu-kernel-modules#789: was reported as "Xid 143" though no Xid was printed.
+    ("rminitadapter-failed-cannot-initialize-gsp-firmware-rtx3090-drv550.txt", "gpu-init-failed",
+     "GSP firmware could not be initialised; GPU initialisation failed (RmInitAdapter failed) on 0000:98:00.0, "
+     "2 lines (driver message without an Xid line, code 0x62:0x65:1792)"),
+    # NVIDIA/gpu-operator#1146: the same failure six times in syslog form.
+    ("rminitadapter-failed-repeated-syslog-gpu-operator.txt", "gpu-init-failed",
+     "GPU initialisation failed (RmInitAdapter failed) on 0000:0a:00.0, 6 lines "
+     "(driver message without an Xid line, code 0x24:0x72:1568)"),
+    # NVIDIA/nvtrust#77: FSP boot failure on an H100, then RmInitAdapter.
+    ("fsp-boot-commands-failed-h100-tdx-cvm.txt", "gpu-init-failed",
+     "FSP boot failed; GSP firmware could not be initialised; GPU initialisation failed (RmInitAdapter failed) on "
+     "0000:01:00, 5 lines (driver message without an Xid line, code 0x62:0x1a:1792)"),
+    # Cyridd/cmpunlocker#4: "Cannot attach gpu" names no GPU; the RmInitAdapter line after it does.
+    ("cannot-attach-gpu-rminitadapter-failed-cmp40hx.txt", "gpu-init-failed",
+     "GPU initialisation failed (RmInitAdapter failed); driver cannot attach the GPU on 0000:01:00.0, 9 lines "
+     "(driver message without an Xid line, code 0x22:0x56:894)"),
+    # negativo17/nvidia-driver#158: open module on a GPU without GSP.
+    ("gpu-not-supported-by-open-module-no-gsp-gt1030-journalctl.txt", "gpu-driver-unsupported",
+     "GPU not supported by the installed driver on 0000:09:00.0, 1 line (driver message without an Xid line)"),
+])
+def test_driver_failures_without_an_xid_fail_as_what_they_are(name, cause, summary):
+    [f] = xid(log(name))
+    assert (f.status, f.symptoms, f.summary) == (Status.FAIL, (cause,), summary)
+    assert "Xid 1" not in f.summary and not any(s.startswith("xid-") for s in f.symptoms)
+    assert "code" not in f.data and f.data["kind"] == "driver"
+    [d] = diagnose([f], load_knowledge())
+    assert d.cause == cause
+
+
+def test_rminitadapter_beside_a_printed_xid_joins_it():
+    # Synthetic: the real RmInitAdapter lines with the real Xid 94 line of the corpus renumbered to
+    # 143 in front: where the log prints the Xid, the driver message is part of that Xid's finding.
+    text = "\n".join([XID94.replace("): 94,", "): 143,"),
+                      log("rminitadapter-failed-cannot-initialize-gsp-firmware-rtx3090-drv550.txt").strip()])
+    [f] = xid(text)
+    assert (f.status, f.symptoms, f.data["code"], f.data["events"]) == (Status.FAIL, ("gpu-xid", "xid-143"), 143, 3)

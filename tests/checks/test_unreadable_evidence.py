@@ -38,13 +38,13 @@ def _status(check: str, probes: dict) -> tuple[Status, str]:
 
 
 def test_the_real_node_passes_these_checks_to_begin_with():
-    for check in ("xid", "pcie-link", "nccl-all-reduce", "gpu-inventory"):
+    for check in ("xid", "pcie-link", "pcie-errors", "nccl-all-reduce", "gpu-inventory"):
         assert _status(check, _node())[0] is Status.PASS, check
 
 
 def test_random_bytes_as_the_kernel_log_are_unreadable_not_healthy():
     noise = random.Random(18).randbytes(4096)
-    for check in ("xid", "mlx5-kernel-log", "pcie-link"):
+    for check in ("xid", "mlx5-kernel-log", "pcie-link", "pcie-errors"):
         status, summary = _status(check, _node(kernel_log=noise))
         assert status is Status.ERROR, (check, summary)
         assert "not a kernel log" in summary, check
@@ -287,7 +287,10 @@ def _text_cut_after_gpu_2() -> str:
 
 
 def test_a_text_report_cut_short_is_not_gpu_missing_and_passes_no_gpu():
-    probes = {"nvidia-smi-q": _text_cut_after_gpu_2(), "nvidia-smi-nvlink-status": _out("nvidia-smi-nvlink-status")}
+    # The probe's own command asked for every GPU (no -i), so a listing that stops between two
+    # GPUs broke off; a pasted file with no command could be a selection (test_census.py).
+    cut = result("nvidia-smi-q", _text_cut_after_gpu_2(), command=("nvidia-smi", "-q"))
+    probes = {"nvidia-smi-q": cut, "nvidia-smi-nvlink-status": _out("nvidia-smi-nvlink-status")}
     host = make_host(probes, "hgx-h200")
     [f] = run_check("gpu-inventory", host)
     assert f.status is Status.ERROR and f.symptoms == ("probe-truncated",), f.summary

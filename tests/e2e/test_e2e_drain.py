@@ -98,6 +98,13 @@ def test_drain_behind_the_breaker_then_resume_once_fixed(cluster, tmp_path, caps
     drain, resume = timeline["events"]
     assert drain["reason"].startswith("preflight: nvlink-down r1") and drain["actor"] == getpass.getuser()
     assert "passes in this run" in resume["detail"]["why"]
+    # The fleet's precision reads the commands' own events: one drain of nvlink-down, resumed with no
+    # step taken a moment ago, so its 7 days without the cause are still to come: pending, not a guess.
+    assert main(["history", "--fleet", "--since", "1d", "--json", *db]) == 0
+    precision = json.loads(capsys.readouterr().out)["precision"]
+    [cause] = precision["causes"]
+    assert cause["cause"] == "nvlink-down" and (cause["drains"], cause["pending"]) == (1, 1)
+    assert precision["to_resume"]["n"] == 1 and precision["to_drain"]["n"] == 1
     # Nothing was done to gpu03 (someone else's drain), so nothing is recorded for it.
     assert main(["history", "gpu03", "--since", "1d", "--json", *db]) == 0
     assert json.loads(capsys.readouterr().out)["events"] == []

@@ -115,6 +115,7 @@ def probe(cluster, out: Path, run_id: str, db: str, hosts: str = "gpu[01-04]") -
 
 def lifecycle(capsys, *argv: str) -> dict:
     """One pass; node -> its steps in the pass, in order (a reset's chain takes several)."""
+    capsys.readouterr()  # what came before (a probing run's -q line) is not the pass's JSON
     assert main(["lifecycle", "--once", "--slurm", "--json", *argv]) in (0, 1)
     steps: dict[str, list] = {}
     for s in json.loads(capsys.readouterr().out)["steps"]:
@@ -303,6 +304,7 @@ def test_the_store_lost_mid_way_stops_the_pass_and_says_so(cluster, tmp_path, ca
         capsys.readouterr()
         assert state(cluster, "gpu08") == "drained"
         probe(cluster, tmp_path, "s2", db, "gpu09")
+        capsys.readouterr()  # the probing run's -q line
         env = {**os.environ, "PYTHONPATH": str(ROOT), "SLURM_CONF": str(cluster.conf)}
         proc = subprocess.Popen([sys.executable, "-m", "preflight", "lifecycle", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from nodes import healthy_h200, port_polling
-from slurmcluster import slurm_fleet
+from slurmcluster import shipped_wrapper, slurm_fleet
 
 pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,13 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def cluster(tmp_path_factory):
     work = tmp_path_factory.mktemp("prolog")
     out = work / "reports"
-    script = work / "preflight-prolog"
-    # What a site installs: slurmd runs the Prolog with a bare environment and no arguments.
-    script.write_text("#!/bin/sh\n"
-                      "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
-                      f"export PYTHONPATH={ROOT}\n"
-                      f'exec {sys.executable} -m preflight prolog --budget 10 --out "{out}/$(hostname)"\n')
-    script.chmod(0o755)
+    # What a site installs (examples/slurm/preflight-prolog): slurmd runs the Prolog with the job's
+    # environment, no PATH and no arguments. No store file here: the runs stay on the node.
+    script = shipped_wrapper("preflight-prolog", work / "preflight-prolog", store_file=work / "store.url",
+                             prelude=f"export PYTHONPATH={ROOT}",
+                             exec_line=f'exec {sys.executable} -m preflight prolog --budget 10 --out "{out}/$(hostname)"')
     hosts = [port_polling(healthy_h200("gpu01"), nic=3), healthy_h200("gpu02")]
     with slurm_fleet(hosts, work, [f"Prolog={script}"]) as slurm:
         slurm.reports = out

@@ -238,17 +238,18 @@ def test_the_live_view_names_hosts_failing_their_own_checks_before_the_fleet_che
 
     from rich.console import Console
 
-    import preflight.app.cli as cli
+    import preflight.app.run_output as run_output
+    import preflight.report.consoles as consoles
 
     views = []
 
-    class Watched(cli.RunProgress):
+    class Watched(run_output.RunProgress):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
             views.append(self)
 
-    monkeypatch.setattr(cli, "RunProgress", Watched)
-    monkeypatch.setattr(cli, "Console", lambda **k: Console(force_terminal=True, file=io.StringIO(), **k))
+    monkeypatch.setattr(run_output, "RunProgress", Watched)
+    monkeypatch.setattr(consoles, "Console", lambda **k: Console(force_terminal=True, file=io.StringIO(), **k))
     cluster = sim_cluster([gpu_node("gpu01"), gpu_node("gpu02", gpus=7), SimHost("gpu03", down=True),
                            gpu_node("gpu04", driver="570.86.15")])
     out = tmp_path / "reports"

@@ -11,11 +11,13 @@ request Slurm refuses exits 2 with Slurm's words and leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,7 +62,9 @@ def cluster(tmp_path_factory):
                 sysfs=healthy_h200("gpu11").sysfs),
     ]
     started = time.monotonic()
-    with slurm_fleet(hosts, tmp_path_factory.mktemp("slurm")) as slurm:
+    # Every node has its 8 GPUs in slurm.conf (Gres=gpu:8, gres.conf File= lines): every run here
+    # asks for them, as a site's would.
+    with slurm_fleet(hosts, tmp_path_factory.mktemp("slurm"), gpus=8) as slurm:
         slurm.up_s = time.monotonic() - started
         yield slurm
 
@@ -106,6 +110,85 @@ def test_healthy_nodes_pass_under_slurm_all_reduce_included(cluster, tmp_path):
     assert bundle["launcher"] == "slurm" and len(bundle["slurm_jobs"]) == 1
     cluster.wait_idle()  # the allocation is released when the run ends
     assert elapsed < 60
+
+
+@contextlib.contextmanager
+def gpus_seen(cluster, node: str) -> Iterator[Path]:
+    """While inside: every `nvidia-smi` the node's probes run first writes the GPUs Slurm gave its
+    step (CUDA_VISIBLE_DEVICES, SLURM_STEP_GPUS) and the GPU devices the step's cgroup lets it
+    open to the file yielded, one line per call: `0,1|0,1|0,1,`. The devices have no driver
+    behind them, so an open the cgroup allows fails "No such device or address" and one it
+    denies "Operation not permitted" (ConstrainDevices=yes, tests/slurmcluster.py)."""
+    shim = cluster.sim.workdir_of(node) / "bin" / "nvidia-smi"
+    dev, seen = shim.parent.parent / "dev", shim.parent.parent / "gpus-seen"
+    recorded = shim.read_text()
+    head, _, rest = recorded.partition("\n")
+    opens = (f"$(for i in 0 1 2 3 4 5 6 7; do (: < {dev}/nvidia$i) 2>&1 | grep -q 'not permitted' "
+             "|| printf '%s,' $i; done)")
+    shim.write_text(f'{head}\necho "$CUDA_VISIBLE_DEVICES|$SLURM_STEP_GPUS|{opens}" >> {seen}\n{rest}')
+    try:
+        yield seen
+    finally:
+        shim.write_text(recorded)
+        seen.unlink(missing_ok=True)
+
+
+def test_a_run_asks_for_every_gpu_slurm_gives_the_node_and_its_probes_see_them(cluster, tmp_path):
+    """slurm.conf gives each node 8 GPUs and cgroup.conf constrains devices: by default a run's
+    job asks for all of them (--gres=gpu:8), so the probes' step is given GPUs 0-7 and may open
+    every one; --gpus-per-node 2 gives it two; --gpus-per-node 0, what a run asked before,
+    leaves the step no GPU it may open."""
+    with gpus_seen(cluster, "gpu01") as seen:
+        code, report, _ = run(tmp_path, "gpus", "--quick", "--slurm", "-w", "gpu[01-02]")
+        assert code == 0 and report["hosts"]["gpu01"]["status"] == "pass"
+        lines = set(seen.read_text().split())
+        assert lines == {given(cluster, 8)}, lines
+        for n in (2, 0):
+            seen.unlink()
+            code, _, _ = run(tmp_path, f"gpus-{n}", "--quick", "--slurm", "-w", "gpu01", "--gpus-per-node", str(n))
+            assert code == 0 and set(seen.read_text().split()) == {given(cluster, n)}, (n, seen.read_text())
+    cluster.wait_idle()
+    if not cluster.constrained:
+        pytest.skip(f"the GPUs given checked, their confinement not: {cluster.why_unconstrained}")
+
+
+def given(cluster, n: int) -> str:
+    """What gpus_seen writes for a step given GPUs 0..n-1 of the node's 8."""
+    ids = ",".join(map(str, range(n)))
+    opened = "".join(f"{i}," for i in range(n if cluster.constrained else 8))
+    return f"{ids}|{ids}|{opened}"
+
+
+def test_the_load_probes_never_run_beside_another_job_unless_asked(cluster, tmp_path):
+    """A CPU job runs on gpu02 (MIXED: a CPU of its two, no GPU). A run with the all_reduce
+    probes gpu01 and leaves gpu02 out, saying why; --exclusive waits for gpu02 (not granted
+    within --alloc-timeout); --allow-shared probes it beside the job, with all its GPUs."""
+    job = cluster.slurm("sbatch", "--parsable", "-N1", "-n1", "--nodelist=gpu02", "-o", "/dev/null", "--wrap",
+                        "sleep 300").stdout.strip()
+    try:
+        cluster.wait_for_state(["gpu02"], "MIXED")
+        code, report, _ = run(tmp_path, "shared", "--slurm", "-w", "gpu[01-02]", *NCCL)
+        assert code == 1 and report["hosts"]["gpu01"]["status"] == "pass"
+        [conn] = [f for f in report["findings"] if f["host"] == "gpu02" and f["check"] == "connectivity"]
+        assert conn["symptoms"] == ["slurm-node-unavailable"]
+        assert conn["summary"] == ("not checked: slurm: node runs another job (State=MIXED): the load probes "
+                                   "(nccl-all-reduce) are not run beside it; --exclusive waits for the node, "
+                                   "--allow-shared runs them anyway"), conn["summary"]
+        # --quick has no load probe: gpu02 is probed beside the job.
+        code, report, _ = run(tmp_path, "quick", "--quick", "--slurm", "-w", "gpu02")
+        assert code == 0 and report["hosts"]["gpu02"]["status"] == "pass"
+
+        code, report, _ = run(tmp_path, "excl", "--slurm", "-w", "gpu02", "--exclusive", "--alloc-timeout", "2", *NCCL)
+        [conn] = [f for f in report["findings"] if f["host"] == "gpu02" and f["check"] == "connectivity"]
+        assert code == 1 and conn["summary"].startswith("not checked: slurm: allocation not granted"), conn
+
+        with gpus_seen(cluster, "gpu02") as seen:
+            code, report, _ = run(tmp_path, "allowed", "--slurm", "-w", "gpu02", "--allow-shared", *NCCL)
+            assert code == 0 and report["hosts"]["gpu02"]["status"] == "pass"
+            assert set(seen.read_text().split()) == {given(cluster, 8)}
+    finally:
+        cluster.slurm("scancel", job)
+    cluster.wait_idle()
 
 
 def test_the_faulty_fleet_gets_the_same_verdicts_through_slurm_as_over_ssh(cluster, tmp_path, capsys):

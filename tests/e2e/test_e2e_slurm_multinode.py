@@ -77,7 +77,13 @@ def node(name: str) -> SimHost:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with slurm_fleet([node(h) for h in HOSTS], tmp_path_factory.mktemp("slurm")) as slurm:
+    # One GPU a node in slurm.conf: the stage's allocation asks for it (--gres=gpu:1), so every
+    # rank's step is given GPU 0, as under ConstrainDevices it must be.
+    with slurm_fleet([node(h) for h in HOSTS], tmp_path_factory.mktemp("slurm"), gpus=1) as slurm:
+        for h in HOSTS:
+            shim = slurm.sim.workdir_of(h) / "bin" / "all_reduce_perf"
+            head, _, rest = shim.read_text().partition("\n")
+            shim.write_text(f'{head}\necho "$(hostname) $CUDA_VISIBLE_DEVICES" >> {shim.parent.parent / "ranks"}\n{rest}')
         yield slurm
 
 
@@ -96,6 +102,10 @@ def test_multinode_all_reduce_through_srun_names_the_culprit(cluster, tmp_path):
     pair = (saved / "nccl-pair-gpu03-gpu01.txt").read_text()
     assert pair.startswith("# preflight: tool=srun gpus=1 repetitions=1\n# preflight: expect busbw=none ratio=0.5\n"
                            "# preflight: host gpu01 slots=1\n# preflight: host gpu03 slots=1\n")
+    # Every rank of every step (the runs, the bisection's) was given its node's GPU.
+    for h in HOSTS:
+        ranks = (cluster.sim.workdir_of(h) / "ranks").read_text().splitlines()
+        assert ranks and set(ranks) == {f"{h} 0"}, (h, ranks)
     # Its allocation (and the probes') released; analyze of the bundle reaches the same verdicts.
     cluster.wait_idle()
     assert main(["analyze", str(out / "r"), "--out", str(tmp_path / "again"), "-q", "--checks", "nccl-multinode"]) == 1

@@ -2,9 +2,11 @@
 layers (tests/golden/examples/*.json, written by `preflight analyze` on the commit before the
 reorganisation): the same host verdicts, findings and diagnoses, field for field. A new check
 adds its findings here, and only those: soak-sdc's SKIP on the soak examples (recorded before
-the burn checked its results), the DCGM (diagnostics, host engine, health watches), IB-counter,
-clock-events and fabric-rails (its fleet SKIP: not run outside `preflight fabric`) checks' on the
-fleet example."""
+the burn checked its results; since issue 34 the SKIP says so rather than "not the burn"), the DCGM
+(diagnostics, host engine, health watches), IB-counter, clock-events, fabric-rails (its fleet SKIP:
+not run outside `preflight fabric`) and pcie-errors (issue 33) checks' on the fleet example. The
+unreachable gpu009 has one finding since issue 34, its connectivity ERROR listing the checks not run
+in ``data.not_checked``, where it had one ERROR per check before."""
 
 import json
 from pathlib import Path

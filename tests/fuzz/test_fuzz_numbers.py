@@ -99,6 +99,7 @@ CHECKS = {
     "nic-fw-inconsistent": ("ibstat", "ibstat", "hgx-h200"),
     "xid": ("kernel-log", "kernel_log", "generic"),
     "mlx5-kernel-log": ("kernel-log", "kernel_log", "generic"),
+    "pcie-errors": ("kernel-log", "kernel_log", "generic"),
     "gpu-nic-affinity": ("nvidia-smi-topo", "topo", "hgx-h200"),
     "dcgm-diag": ("dcgmi-diag", "dcgm_diag", "generic"),
     "ib-counters": (IB_COUNTERS, "ib_counters", "hgx-h200"),

@@ -69,3 +69,38 @@ def test_lspci_product_names_are_used_when_no_nvidia_smi_view_names_the_gpus():
     assert host.gpu_census.model_probe == "lspci"
     assert detect(PROFILES, list(census.models), source="lspci").why == \
         "no profile matches 'A100 SXM4 40GB' in lspci: generic checks only"
+
+
+def test_dcgmi_discovery_names_and_counts_where_no_nvidia_smi_view_is_there():
+    from preflight.parse.dcgm import parse_dcgmi_discovery
+    found = parse_dcgmi_discovery((CORPUS / "dcgm" / "v100-dcgmi-discovery-l-8gpus-0cpus.txt").read_text())
+    census = gpu_census(None, None, None, None, found)
+    assert (census.count, census.count_probe) == (8, "dcgmi-discovery")
+    assert (census.model, census.model_probe) == ("Tesla V100-SXM2-32GB", "dcgmi-discovery")
+    # Below nvlink --status (a driver view listing the links), above lspci, for the names.
+    with_nvlink = gpu_census(None, parse_nvlink_status(V100_EXCERPT), None, None, found)
+    assert with_nvlink.model_probe == "nvidia-smi-nvlink-status" and with_nvlink.count_probe == "dcgmi-discovery"
+    assert [p for p, _ in with_nvlink.names] == ["nvidia-smi-nvlink-status", "dcgmi-discovery"]
+    assert with_nvlink.uncounted == ("nvidia-smi nvlink --status lists 1 GPU(s) with lines elided: a pasted excerpt",)
+
+
+def test_min_gpus_is_held_to_the_count_not_to_the_names_of_an_excerpt():
+    # One H100 named (an excerpt of -q) on a node that counts 8: the HGX H100 profile, said so.
+    chosen = detect(PROFILES, ["NVIDIA H100 80GB HBM3"], gpu_count=8)
+    assert chosen.id == "hgx-h100" and chosen.why == "detected from GPU model 'NVIDIA H100 80GB HBM3', 8 GPUs on the node"
+    assert detect(PROFILES, ["NVIDIA H100 80GB HBM3"]).id == "generic"
+
+
+def test_a_cut_report_counts_nothing_but_its_header_says_the_platform():
+    # The 8-GPU H200 text -q (tests/derived.py, from the real capture) as the probe's own command
+    # left it when it stopped after GPU 1: no count, but "Attached GPUs : 8" names the board.
+    from derived import h200_node_text
+
+    from preflight.parse.nvidia_smi import asked_for_every_gpu, parse_smi_text
+    text = h200_node_text(8)
+    third = text.index("GPU 00000000:", text.index("GPU 00000000:", text.index("GPU 00000000:") + 1) + 1)
+    report = asked_for_every_gpu(parse_smi_text(text[:third]), xml=False)
+    assert report.cut and len(report.gpus) == 2
+    census = gpu_census(("nvidia-smi-q", report), None, None, None)
+    assert (census.count, census.attached, census.uncounted) == (None, 8, ())
+    assert detect(PROFILES, list(census.models), gpu_count=census.attached).id == "hgx-h200"

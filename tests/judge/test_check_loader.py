@@ -162,6 +162,6 @@ def test_facts_command_lists_each_fact_with_its_probes(capsys):
     assert main(["facts"]) == 0
     out = capsys.readouterr().out
     [nics] = [line.split("\t") for line in out.splitlines() if line.startswith("nics\t")]
-    assert nics[2].startswith("``Nic`` records")
+    assert nics[2].startswith("`Nic` records")  # the docstring's RST quotes made plain (issue 34)
     assert nics[1] == "ibv-devinfo,ibstat,mlxfwmanager,ib-sysfs,ethtool-i"  # catalogue order
     assert "smi_evidence" not in out

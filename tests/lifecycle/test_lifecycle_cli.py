@@ -100,3 +100,13 @@ def test_a_bad_site_file_exits_2_naming_it(causes, said, tmp_path, capsys):
     code, _, err = run(capsys, "lifecycle", "--once", "--site", str(site), "--db", f"sqlite:///{tmp_path}/s.sqlite")
     assert code == 2 and f"{site}: {said}" in err
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_an_empty_lifecycle_says_so(store_url, tmp_path, capsys):
+    # Issue 34: with no node in any state the listing printed nothing at all.
+    with Store.open(parse(store_url), create=True):
+        pass
+    code, out, _ = run(capsys, "lifecycle", "--db", store_url)
+    assert code == 0 and out.startswith("no node in any state: the lifecycle takes a node in at the first pass")
+    code, out, _ = run(capsys, "lifecycle", "--once", "--db", store_url)
+    assert code == 0 and out == "nothing to do: 0 node(s) looked at, none due a step\n"

@@ -94,7 +94,8 @@ def test_the_check_judges_fallback_output_like_all_reduce_perf():
     assert (f.status, f.symptoms) == (Status.FAIL, ("nccl-data-corruption",))
     assert "1 wrong values at 1 MiB" in f.summary
     [f] = run_check("nccl-all-reduce", make_host({PROBE_ID: fallback_text(nranks=1)}, profile="hgx-h200"))
-    assert f.status is Status.SKIP and f.summary.startswith("single GPU: bandwidth not applicable")
+    assert f.status is Status.SKIP and f.summary.startswith(
+        "the run used 1 GPU where a NVIDIA HGX H200 8-GPU has 8 (gpu-inventory judges the count): bandwidth not judged")
     assert parse_probe_output(fallback_text(complete=False)).repetitions[0].runs[0].complete is False
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from preflight.parse import ParseError
-from preflight.parse.nvidia_smi import parse_smi_text, parse_smi_xml
+from preflight.parse.nvidia_smi import asked_for_every_gpu, parse_smi_text, parse_smi_xml
 from preflight.parse.smi_records import (
     CLOCK_EVENT_BITS,
     EccCounters,
@@ -460,3 +460,58 @@ def test_dropping_the_supported_clocks_changes_no_report(monkeypatch):
     # cut: reports that say so (or errors, cut before the root element)
     assert sum(isinstance(o, str) or o.cut is not None for o in as_it_came) > 10
     assert sum(bool(o.notes) for o in as_it_came if not isinstance(o, str)) > 10  # cut after
+
+
+# ---- Does the output say it lists every GPU? (issue 33) ------------------------------------------
+# Only "Attached GPUs : N" (<attached_gpus>) says how many GPUs the node has; an output without it,
+# or one listing fewer with none said to be unreachable, holds GPU records but no count.
+
+H800_Q_I0 = "smi-q/h800-8gpu-drv525-q-i0-one-of-8.txt"  # real `nvidia-smi -q -i 0` of an 8-GPU node
+
+
+def headerless_h100_excerpt() -> str:
+    """The real H100 -q (smi-q/h100-80gb-hbm3-drv590-under-load.txt) from line 10 on: its GPU's
+    sections, cut at the boundary below the report header (banner, Timestamp, Driver and CUDA
+    Version, "Attached GPUs : 1") and the "GPU 00000000:00:09.0" line that heads them, as a paste
+    of one GPU's sections keeps them."""
+    lines = read("smi-q/h100-80gb-hbm3-drv590-under-load.txt").splitlines(keepends=True)
+    assert lines[8].startswith("GPU 00000000:00:09.0") and lines[9].lstrip().startswith("Product Name")
+    return "".join(lines[9:])
+
+
+def test_a_real_q_i0_of_an_8_gpu_node_is_a_selection_not_a_cut():
+    report = parse_smi_text(read(H800_Q_I0))
+    assert report.attached_gpus == 8 and [g.name for g in report.gpus] == ["NVIDIA H800"]
+    assert report.cut is None and report.selection and not report.counts_gpus
+    assert report.partial == ("nvidia-smi -q output lists 1 of the 8 GPUs its 'Attached GPUs' line counts, each "
+                              "section whole: a selection of GPUs (nvidia-smi -q -i), not the node's list")
+    # The same text from a command that asked for every GPU stopped between two GPUs: a cut.
+    asked = asked_for_every_gpu(report, xml=False)
+    assert asked.partial is None and asked.cut.startswith("nvidia-smi -q output lists 1 GPU section(s) of the 8")
+
+
+def test_an_excerpt_without_the_attached_gpus_line_counts_nothing():
+    report = parse_smi_text(headerless_h100_excerpt())
+    assert [g.name for g in report.gpus] == ["NVIDIA H100 80GB HBM3"] and report.gpus[0].fabric.state == "Completed"
+    assert report.attached_gpus is None and report.cut is None and not report.counts_gpus
+    assert report.partial.startswith("nvidia-smi -q output without its 'Attached GPUs' line and no 'GPU <bus id>' "
+                                     "header: an excerpt")
+    # A real paste of two sections (Clocks Throttle Reasons, Clocks) has no count either.
+    assert not parse_smi_text(read("smi-q/v100-sxm2-32gb-dell-c4130-hw-power-brake-excerpt.txt")).counts_gpus
+
+
+def test_an_elided_excerpt_and_a_one_gpu_xml_of_four_count_nothing():
+    excerpt = parse_smi_text(read("smi-q/a100-sxm4-80gb-drv510-remapped-rows-pending-excerpt.txt"))
+    assert excerpt.partial.endswith("with lines left out: a pasted excerpt") and not excerpt.selection
+    xml = parse_smi_xml(read("smi-q/a100-sxm4-80gb-drv535-q-x-dtd-v12.txt"))
+    assert xml.partial.startswith("nvidia-smi -q -x output lists 1 of the 4 GPUs its <attached_gpus> counts")
+    assert xml.selection and not xml.counts_gpus
+    # From the probe's own `nvidia-smi -q -x`, a whole document that left GPUs out counts what it shows.
+    assert asked_for_every_gpu(xml, xml=True).counts_gpus
+
+
+@pytest.mark.parametrize("name", ["h200-vm/smi-q.txt", "h200-vm/smi-q.xml", "smi-q/h100-80gb-hbm3-drv590-under-load.txt",
+                                  "smi-q/a10g-drv515-q-x-dtd-v11-throttle-names.txt"])
+def test_a_whole_output_counts_its_gpus(name):
+    report = (parse_smi_xml if name.endswith(".xml") or "-q-x-" in name else parse_smi_text)(read(name))
+    assert report.counts_gpus and report.partial is None and len(report.gpus) == report.attached_gpus == 1

@@ -9,6 +9,7 @@ import pytest
 
 from preflight.parse.slurm import (
     first_error,
+    gpus_of,
     granted_job,
     is_input_error,
     parse_show_node,
@@ -38,6 +39,28 @@ def test_a_completing_node_is_busy_not_unusable():
     for name in ("scontrol-show-node-completing.txt", "scontrol-show-node-completing-after-failed-launch.txt"):
         [node] = parse_show_node(read(name))[0].values()
         assert node.flags == ("COMPLETING",) and node.unusable is None and node.reason is None
+
+
+def test_the_gpus_slurm_gives_a_node_and_whether_a_job_runs_there():
+    mixed = parse_show_node(read("scontrol-show-node-gres-mixed.txt"))[0]["gpu02"]
+    assert (mixed.gpus, mixed.busy, mixed.unusable) == (4, True, None)
+    idle = parse_show_node(read("scontrol-show-node-not-found.txt"))[0]["n1"]
+    assert (idle.gpus, idle.busy) == (0, False)  # Gres=(null)
+
+
+@pytest.mark.parametrize("gres, gpus", [
+    ("gpu:8", 8),
+    ("(null)", 0),
+    ("", 0),
+    # scontrol(1), "Gres=": the sockets a GRES is bound to, in parentheses
+    ("gpu:4(S:0)", 4),
+    ("gpu:4(S:0-1)", 4),
+    # Slurm's gres.html: typed GPUs and other resources on one node
+    ("gpu:tesla:2,gpu:kepler:2,mps:400,bandwidth:lustre:no_consume:4G", 4),
+    ("gpu:2,shard:64", 2),
+])
+def test_gpus_of_a_gres_value(gres, gpus):
+    assert gpus_of(gres) == gpus
 
 
 def test_names_slurm_does_not_know_are_listed():

@@ -92,11 +92,12 @@ def item(host: str, check: str) -> str:
 def test_items_follow_the_verdicts(run_pytest, pytester, fleet, tmp_path):
     result = run_pytest(*bundle_args(fleet, tmp_path / "out"), "--junitxml=junit.xml", "-rfEs")
     # 6 reachable hosts x (connectivity, probes, 2 host checks, fleet-consistency) + gpu07's
-    # connectivity and 2 host checks; fleet-consistency compares the 6 reachable ones.
-    result.assert_outcomes(passed=24, failed=2, skipped=1, errors=5)
+    # connectivity, its one item (the host checks it could not run are named in it, not items
+    # of their own); fleet-consistency compares the 6 reachable ones.
+    result.assert_outcomes(passed=24, failed=2, skipped=1, errors=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
-        "preflight: 7 hosts (2 error, 2 fail, 3 pass); reports in *",
+        "preflight: 7 hosts (2 errors, 2 fail, 3 pass); reports in *",
         "*_ test_preflight[[]gpu04-gpu-inventory[]] _*",
         "7 of 8 GPUs visible (driver 580.159.04, CUDA 13.0)",
         "cause: gpu-missing (high confidence): Fewer GPUs than the platform has",
@@ -113,11 +114,11 @@ def test_items_follow_the_verdicts(run_pytest, pytester, fleet, tmp_path):
     ], consecutive=False)
 
     outcomes = junit_outcomes(pytester.path / "junit.xml")
-    assert len(outcomes) == 32
+    assert len(outcomes) == 30
     assert {name for name, kind in outcomes.items() if kind != "passed"} == {
         item("gpu03", "gpu-inventory"), item("gpu04", "gpu-inventory"), item("gpu05", "fleet-consistency"),
         item("gpu06", "gpu-inventory"), item("gpu06", "persistence-mode"),
-        item("gpu07", "connectivity"), item("gpu07", "gpu-inventory"), item("gpu07", "persistence-mode"),
+        item("gpu07", "connectivity"),
     }
     assert outcomes[item("gpu04", "gpu-inventory")] == "failure"
     assert outcomes[item("gpu05", "fleet-consistency")] == "failure"
@@ -134,6 +135,7 @@ def test_items_follow_the_verdicts(run_pytest, pytester, fleet, tmp_path):
     assert props == {"preflight_host": "gpu05", "preflight_check": "fleet-consistency", "preflight_status": "fail"}
     down = root.find(f".//testcase[@name='{item('gpu07', 'connectivity')}']/error")
     assert down.get("message").startswith('failed on setup with "PreflightError: not checked: connection refused')
+    assert "2 checks not run: gpu-inventory, persistence-mode" in down.get("message")
     # The run's own reports are there too, written once.
     [run_dir] = (tmp_path / "out").iterdir()
     assert (run_dir / "report.json").is_file() and (run_dir / "junit.xml").is_file()
@@ -141,7 +143,7 @@ def test_items_follow_the_verdicts(run_pytest, pytester, fleet, tmp_path):
 
 def test_k_selects_one_host(run_pytest, pytester, fleet, tmp_path):
     result = run_pytest(*bundle_args(fleet, tmp_path / "out"), "-k", "gpu04", "-v")
-    result.assert_outcomes(passed=4, failed=1, deselected=27)
+    result.assert_outcomes(passed=4, failed=1, deselected=25)
     result.stdout.fnmatch_lines(["preflight::test_preflight[[]gpu04-gpu-inventory[]] FAILED*"])
     assert "gpu01" not in "".join(line for line in result.outlines if "PASSED" in line)
 
@@ -209,7 +211,7 @@ def test_fixtures_give_the_session_run(run_pytest, pytester, fleet, tmp_path):
             assert [d.hosts for d in preflight_report.diagnoses(cause="gpu-missing")] == [("gpu04",)]
     """)
     result = run_pytest(*bundle_args(fleet, tmp_path / "out"), "-k", "not test_preflight")
-    result.assert_outcomes(passed=1, deselected=32)
+    result.assert_outcomes(passed=1, deselected=30)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -247,7 +249,7 @@ def test_xdist_runs_preflight_once(pytester, fleet, tmp_path):
     pytest.importorskip("xdist")
     result = pytester.runpytest_subprocess(*bundle_args(fleet, tmp_path / "out"), "-n", "2",
                                            "--junitxml=junit.xml")
-    result.assert_outcomes(passed=24, failed=2, skipped=1, errors=5)
+    result.assert_outcomes(passed=24, failed=2, skipped=1, errors=3)
     # One analysis, by the controller; the two workers only read its report.
     assert len(list((tmp_path / "out").iterdir())) == 1
     outcomes = junit_outcomes(pytester.path / "junit.xml")
@@ -283,7 +285,7 @@ def test_example_acceptance_suite(run_pytest, pytester, tmp_path):
 def test_example_acceptance_suite_names_the_missing_gpu(run_pytest, pytester, fleet, tmp_path):
     shutil.copy(EXAMPLE, pytester.path / EXAMPLE.name)
     result = run_pytest(*bundle_args(fleet, tmp_path / "out"), "-k", "all_gpus_present")
-    result.assert_outcomes(failed=1, deselected=38)
+    result.assert_outcomes(failed=1, deselected=36)
     result.stdout.fnmatch_lines(["*'gpu04': 'fail'*"])
 
 
@@ -301,12 +303,14 @@ def test_simulated_cluster_fails_exactly_the_faulty_items(run_pytest, pytester, 
         f"--preflight-checks={CHECKS}", f"--preflight-out={tmp_path / 'out'}", "--junitxml=junit.xml")
     outcomes = junit_outcomes(pytester.path / "junit.xml")
     assert {name: kind for name, kind in outcomes.items() if kind != "passed"} == {
-        item("gpu04", "connectivity"): "error", item("gpu04", "gpu-inventory"): "error",
-        item("gpu04", "persistence-mode"): "error",
+        item("gpu04", "connectivity"): "error",
         item("gpu05", "gpu-inventory"): "failure", item("gpu06", "fleet-consistency"): "failure",
     }
-    # 5 reachable hosts x 5 items + the unreachable one's 3.
-    result.assert_outcomes(passed=23, failed=2, errors=3)
+    # 5 reachable hosts x 5 items + the unreachable one's one: its connectivity, naming the
+    # checks it could not run.
+    result.assert_outcomes(passed=23, failed=2, errors=1)
+    down = ET.parse(pytester.path / "junit.xml").getroot().find(f".//testcase[@name='{item('gpu04', 'connectivity')}']")
+    assert "2 checks not run: gpu-inventory, persistence-mode" in down.find("error").get("message")
     [run_dir] = (tmp_path / "out").iterdir()
     assert (run_dir / "bundle" / "hosts" / "gpu05" / "nvidia-smi-q-x.txt").read_text() == h200_node_xml(7)
 

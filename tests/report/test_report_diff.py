@@ -191,3 +191,26 @@ def test_a_soak_is_not_the_baseline_of_a_fleet_run(fleet_and_soak, capsys, tmp_p
                  "-q"]) == 2
     assert main(["analyze", str(REPO / "examples" / "h200-soak"), "--baseline", str(soak), "--out", str(out),
                  "-q", "--no-html"]) == 0
+
+
+def test_a_host_that_stops_answering_is_one_change_not_one_per_check(runs, tmp_path):
+    """gpu01 passes, then refuses SSH: the diff says so once (its host verdict and its
+    connectivity), not once per check that did not run; a report written before issue 34, with
+    an ERROR for each of those checks, reads the same."""
+    before, _ = runs
+    hosts = golden_hosts()
+    hosts["gpu01"] = hosts["gpu08"]
+    down = json_report.to_dict(golden_analysis(tmp_path, hosts, run_id="down"))
+    assert [f["check"] for f in down["findings"] if f["host"] == "gpu01"] == ["connectivity"]
+    d = diff_reports(before, down)
+    assert [(c.where, c.direction) for c in d.checks if c.host == "gpu01"] == [("gpu01 connectivity", "worse")]
+    assert d.worse
+    # The same report in the earlier shape: one ERROR finding per host check of gpu01 besides.
+    older = json.loads(json.dumps(down))
+    older["findings"] += [{"host": "gpu01", "check": c, "status": "error", "summary": "not checked: host unreachable",
+                           "symptoms": [], "evidence": []} for c in ("gpu-inventory", "persistence-mode")]
+    assert diff_reports(before, older).checks == d.checks
+    assert diff_reports(older, down).checks == ()
+    # Back again and passing: its connectivity is better, its passing checks are not "new".
+    back = diff_reports(down, before)
+    assert [(c.where, c.direction) for c in back.checks if c.host == "gpu01"] == [("gpu01 connectivity", "better")]

@@ -153,7 +153,7 @@ def test_each_finding_links_to_its_evidence_excerpt_and_back(report):
 def test_summary_diagnoses_fleet_and_hosts(report):
     _, page = report
     text = re.sub(r"\s+", " ", "".join(Page(page).text))
-    assert "Some hosts need attention. 8 hosts, 4 checks; findings: 2 fail, 5 error, 1 warn, 35 pass." in text
+    assert "Some hosts need attention. 8 hosts, 4 checks; findings: 2 fail, 3 errors, 1 warn, 35 pass." in text
     assert '<div class="tile fail"><div class="n">2</div>fail</div>' in page
     # Diagnoses: cause, confidence, hosts linked, next action.
     assert '<td><b>Fewer GPUs than the platform has</b><br><code>gpu-missing</code></td>' in page

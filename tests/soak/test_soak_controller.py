@@ -91,7 +91,10 @@ def test_controller_death_then_attach_collects(tmp_path, capsys):
     code = cli_main(["soak", "--attach", "run1", "--out", str(plan.out), "-q"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "gpu-local: finished" in out
+    # -q: one line, the verdicts counted and where the report is (issue 34); the agent's outcome
+    # is in the soak's own record.
+    assert out.splitlines() == [f"1 pass — report in {plan.run_dir}"]
+    assert json.loads((plan.run_dir / "soak.json").read_text())["agents"]["gpu-local"]["outcome"] == "finished"
     assert read_csv(plan.run_dir / "telemetry.csv") and json.loads((plan.run_dir / "soak.json").read_text())["hosts"]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from preflight.app.cli import main
-from preflight.soak.data import SoakDataError, read_soak
+from preflight.soak.data import ANALYSIS_COLUMNS, SoakDataError, read_soak
 
 
 def _edit_cell(soak: Path, line: int, column: str, value: str) -> None:
@@ -189,3 +189,103 @@ def test_a_clock_step_that_shortens_the_span_is_named_in_the_incomplete_verdict(
     assert finding["status"] == "error" and finding["symptoms"] == ["soak-incomplete"]
     assert "the node's clock went back 59.0 s during the soak, so the span of its samples may understate" \
         in finding["summary"], finding["summary"]
+
+
+# ---- rows with more cells than the header (issue 33) -------------------------------------------
+# What a writer leaves when a line was cut off mid-write and the next one appended to it: the real
+# soak's line N with the first cells of line N+1 run on after it, as one line.
+
+def _run_on(soak: Path, lines_at: range) -> None:
+    path = soak / "telemetry.csv"
+    lines = path.read_text().split("\n")
+    for n in lines_at:
+        lines[n - 1] = lines[n - 1] + "," + lines[n].split(",", 1)[0]
+    path.write_text("\n".join(lines))
+
+
+def test_a_row_with_more_cells_than_the_header_is_named_and_not_read(soak):
+    _run_on(soak, range(40, 41))
+    healthy = 303
+    for columns in (None, ANALYSIS_COLUMNS):  # the analysis reads fewer columns: it was silent there
+        data = read_soak(soak, columns=columns)
+        assert len(data.telemetry) == healthy - 1
+        assert data.notes == ("telemetry.csv: 1 row not read, with more cells (26) than the header's 25 (a line "
+                              "cut off mid-write with the next appended to it?): line 40; not judged and not "
+                              "counted as covered time",)
+
+
+def test_lines_after_a_row_not_read_keep_their_numbers(soak):
+    _run_on(soak, range(40, 41))
+    _edit_cell(soak, 100, "temperature_c", "inf")
+    with pytest.raises(SoakDataError) as exc:
+        read_soak(soak, columns=ANALYSIS_COLUMNS)
+    assert str(exc.value).startswith(f"{soak / 'telemetry.csv'}:100: temperature_c: ")
+
+
+def test_rows_not_read_at_the_end_are_not_covered_time(soak, tmp_path):
+    # The last 20 samples (lines 285-304 of the 5-minute soak) run on: 20 s of the plan unread,
+    # more than the 15 s the coverage tolerates, so the soak is incomplete, and says where.
+    _run_on(soak, range(285, 304))
+    path = soak / "telemetry.csv"
+    path.write_text(path.read_text().rstrip("\n") + ",1795950600.0\n")  # the last line too
+    finding = _telemetry_finding(soak, tmp_path)
+    assert finding["status"] == "error" and finding["symptoms"] == ["soak-incomplete"], finding
+    assert "covered 4.7 min of the planned 5.0 min" in finding["summary"], finding["summary"]
+    [report] = (tmp_path / "out").glob("*/report.json")
+    notes = json.loads(report.read_text())["soak_notes"]
+    assert any("20 rows not read" in n and "lines 285-304" in n for n in notes), notes
+
+
+def test_the_real_soak_has_no_row_not_read(soak):
+    assert not [n for n in read_soak(soak, columns=ANALYSIS_COLUMNS).notes if "not read" in n]
+
+
+def test_a_throughput_row_with_more_cells_is_named_too(soak):
+    path = soak / "throughput.csv"
+    lines = path.read_text().split("\n")
+    lines[9] += "," + lines[10].split(",", 1)[0]
+    path.write_text("\n".join(lines))
+    data = read_soak(soak)
+    assert len(data.throughput) == 239
+    assert [n for n in data.notes if n.startswith("throughput.csv: 1 row not read")] and "line 10;" in data.notes[-1]
+
+
+def test_an_events_row_with_more_cells_is_not_read_and_named(soak):
+    # Rows as the agent writes them (time, host, gpu, event, data: an NVML Xid event), the second
+    # run on into the third.
+    (soak / "events.csv").write_text("time,host,gpu,event,data\n1795950400.5,vm,0,xid,79\n"
+                                     "1795950401.5,vm,0,xid,791795950402.5,vm,0,xid,79\n1795950403.5,vm,0,xid,48\n")
+    from preflight.soak.data import read_events
+    notes: list[str] = []
+    rows = read_events(soak, notes)
+    assert [r["data"] for r in rows] == ["79", "48"]
+    assert notes == ["events.csv: 1 row not read, with more cells (9) than the header's 5 (a line cut off mid-write "
+                     "with the next appended to it?): line 3; not judged and not counted as covered time"]
+
+
+def test_a_first_row_with_more_cells_shifts_no_column(soak):
+    # pandas takes one cell too many on the first data line for an index and shifts every column:
+    # the run-on line 2 is named like any other, and line 3's sample is read as it was written.
+    third = (soak / "telemetry.csv").read_text().split("\n")[2].split(",")
+    _run_on(soak, range(2, 3))
+    for columns in (None, ANALYSIS_COLUMNS):
+        data = read_soak(soak, columns=columns)
+        assert len(data.telemetry) == 302 and "line 2;" in data.notes[0]
+        first = data.telemetry.iloc[0]
+        assert (first["time"], first["host"], int(first["gpu"])) == (float(third[0]), third[1], int(third[2]))
+    _edit_cell(soak, 100, "temperature_c", "inf")
+    with pytest.raises(SoakDataError, match=r"telemetry\.csv:100: temperature_c: "):
+        read_soak(soak, columns=ANALYSIS_COLUMNS)
+
+
+def test_the_parsers_other_warnings_pass_through_once():
+    # Only pandas' "Skipping line" warnings are taken; any other is passed on, once, after the parse
+    # (passed on inside the recording block it was recorded again, without end).
+    from preflight.soak import bad_rows
+
+    into: list[tuple[int, int, int]] = []
+    with pytest.warns(UserWarning, match="another warning") as seen:
+        with bad_rows.collected(into):
+            warnings.warn("Skipping line 5: expected 3 fields, saw 4\n", stacklevel=1)
+            warnings.warn("another warning", stacklevel=1)
+    assert into == [(5, 3, 4)] and len(seen) == 1

@@ -107,6 +107,27 @@ def test_a_cut_last_line_is_dropped_when_it_ends_the_last_of_many_chunks(tmp_pat
     assert f"telemetry.csv: last line {rows + 1} has no newline (cut off while being written); ignored" in data.notes
 
 
+def test_rows_not_read_in_several_chunks_keep_every_later_line_number(tmp_path, monkeypatch):
+    """Run-on rows (a cut line with the next appended: more cells than the header) in the first
+    and third chunks: each is named, and a bad cell after them still names its own line."""
+    soak = _copy(REAL[0], tmp_path / "soak")
+    path = soak / "telemetry.csv"
+    lines = path.read_text().split("\n")
+    for n in (30, 130, 131):
+        lines[n - 1] += "," + lines[n].split(",", 1)[0]
+    lines[249] = lines[249].replace(",vm,0,", ",vm,zero,", 1)
+    path.write_text("\n".join(lines))
+    monkeypatch.setattr(soak_data, "CHUNK_ROWS", 50)
+    with pytest.raises(SoakDataError, match=r"telemetry\.csv:250: gpu: 'zero' is not a number"):
+        read_soak(soak, columns=ANALYSIS_COLUMNS)
+    lines[249] = lines[249].replace(",vm,zero,", ",vm,0,", 1)
+    path.write_text("\n".join(lines))
+    with_spill = read_soak(soak, spill_dir=tmp_path / "spill")
+    assert [n for n in with_spill.notes if "not read" in n] == [
+        "telemetry.csv: 3 rows not read, with more cells (26) than the header's 25 (a line cut off mid-write with "
+        "the next appended to it?): lines 30, 130-131; not judged and not counted as covered time"]
+
+
 def _float64(df: pd.DataFrame) -> pd.DataFrame:
     return df.astype({c: float for c in df.columns if df[c].dtype.kind == "f"}).reset_index(drop=True)
 

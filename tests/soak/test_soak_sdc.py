@@ -65,3 +65,57 @@ def test_a_gpu_is_outvoted_only_by_a_majority_of_its_own_model():
         {0: True, 1: True, 2: False, 3: True}  # the B200 is alone of its kind: nothing to compare with
     assert sdc_agreement({0: (h200, "a"), 1: (h200, "b")}) == {0: False, 1: False}  # no majority
     assert sdc_agreement({g: (h200, "a") for g in range(8)}) == {g: True for g in range(8)}
+
+
+# --- Why a soak has no result checks (issue 34) ------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "h200-soak-5min"
+
+
+def _context_verdict(soak: Path):
+    from preflight.soak.context import soak_context
+
+    data = read_soak(soak)
+    [host] = data.meta.hosts
+    return soak_context(data).judge_sdc(host)
+
+
+def _burn_without_checks(tmp_path: Path, agents: dict | None, engine: str = "burn") -> Path:
+    import json
+
+    soak = tmp_path / "soak"
+    shutil.copytree(REAL, soak)
+    lines = (soak / "throughput.csv").read_text().splitlines(keepends=True)
+    (soak / "throughput.csv").write_text("".join(line for line in lines if ",gpu_sdc_" not in line))
+    meta = json.loads((soak / "soak.json").read_text())
+    meta.update(engine=engine, agents=agents)
+    (soak / "soak.json").write_text(json.dumps(meta))
+    return soak
+
+
+def test_the_five_minute_example_is_a_burn_whose_agent_predates_the_checks():
+    # It used to read "the engine did not check its results (only the burn does ...)": it is the burn,
+    # recorded before the burn checked its results.
+    verdict = _context_verdict(EXAMPLE)
+    assert verdict.status is Status.SKIP
+    assert verdict.summary == ("the burn recorded no result checks: its agent predates them (its summary names "
+                               "no sdc), or it ran with --no-sdc")
+
+
+def test_a_burn_run_with_no_sdc_says_so(tmp_path):
+    [host] = read_soak(REAL).meta.hosts
+    agents = {host: {"outcome": "finished", "summary": {"engine": {"0": {"sdc": False, "windows": 29}}}}}
+    verdict = _context_verdict(_burn_without_checks(tmp_path, agents))
+    assert (verdict.status, verdict.summary) == (Status.SKIP, "the burn ran with --no-sdc: its results were not checked")
+
+
+def test_another_engine_is_named(tmp_path):
+    verdict = _context_verdict(_burn_without_checks(tmp_path, None, engine="none"))
+    assert verdict.summary == "the none engine does not check its results (only the burn does)"
+
+
+def test_the_burn_summary_says_whether_it_checked_its_results():
+    from preflight.node.burn import BurnEngine, BurnParams
+
+    assert BurnEngine([(0, "GPU-0")], BurnParams(sdc=False)).summary() == {"0": {"sdc": False}}
+    assert BurnEngine([(0, "GPU-0")], BurnParams()).summary()["0"]["sdc"] is True

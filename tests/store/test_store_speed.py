@@ -165,3 +165,19 @@ def test_the_fast_times_are_iso_to_the_second():
              1764756016.213562, 951782400.0, 4102444799.9999999, -86400.0 * 365 * 80 + 0.25]
     times = edges + [rng.uniform(-3e9, 5e9) for _ in range(20000)] + [rng.randrange(0, 2**32) + k / 8 for k in range(8)]
     assert isos(times) == [iso(t) for t in times]
+
+
+@pytest.mark.parametrize("name", ["gpu07", "gpu7", "GPU0007"])
+def test_did_you_mean_puts_the_same_number_first(store_url, monkeypatch, name):
+    # Issue 34: `history gpu07` suggested gpu001...gpu005, the names sharing its longest prefix
+    # ("gpu0"), but not gpu007: in a 64-node fleet gpu007 is not even among the neighbours of
+    # "gpu07" in sorted order (gpu060...gpu064 are).
+    fleet64 = [f"gpu{i:03d}" for i in range(1, 65)]
+    with Store.open(parse(store_url)) as store:
+        record(store, report("r1", 1, {n: {} for n in fleet64}))
+        seen = counted(store, monkeypatch)
+        with pytest.raises(UnknownNode) as err:
+            node_history(store, name, Window(0))
+    like = str(err.value).rsplit("like it: ", 1)[1].split(", ")
+    assert like[0] == "gpu007" and len(like) == 5 and like.count("gpu007") == 1
+    assert len(seen) == 5  # still one statement for the did-you-mean
