@@ -35,6 +35,7 @@ from preflight.app import (
     run_output,
     soak_cli,
     store_cli,
+    sweep_cli,
     targets,
 )
 from preflight.app.errors import INPUT_ERRORS, UsageError
@@ -238,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     drain_cli.add_parsers(sub)
     store_cli.add_parser(sub)
     lifecycle_cli.add_parser(sub)
+    sweep_cli.add_parser(sub)
 
     ch = sub.add_parser("checks", help="list the checks, the facts they read and the probes they need",
                         description=LISTING_NOTE, epilog=options.examples(
@@ -592,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
                 "baseline": cmd_baseline,
                 "healthcheck": cmd_healthcheck, "drain": drain_cli.cmd_drain, "resume": drain_cli.cmd_resume,
                 "prolog": cmd_prolog, "history": store_cli.cmd_history,
-                "lifecycle": lifecycle_cli.cmd_lifecycle}
+                "lifecycle": lifecycle_cli.cmd_lifecycle, "sweep": sweep_cli.cmd_sweep}
     previous = interrupt.install()
     try:
         return handlers[args.command](args, console)
