@@ -121,6 +121,8 @@ def _show_pass(p: controller.Pass, console: Console, dry_run: bool) -> None:
         actions = ", ".join(f"{a.kind}" + (f" ({a.reason})" if a.reason else "") for a in o.step.actions)
         console.print(f"{_p(o.node)}: {verb}{_p(o.step.why)}" + (f"; {verb}{_p(actions)}" if actions else ""),
                       **PLAIN)
+        for r in o.step.outcomes:
+            console.print(f"  {verb}record: the {_p(r.step)} for {_p(r.cause)} {_p(r.outcome)}", **PLAIN)
         for line in o.done:
             if line.startswith("for a person"):
                 console.print(f"  {_p(line)}", **PLAIN)
@@ -134,6 +136,8 @@ def _pass_json(p: controller.Pass) -> dict:
     return {"lock_holder": p.lock_holder, "took_over": p.took_over, "stopped": p.stopped,
             "steps": [{"node": o.node, "to": o.step.state.state, "why": o.step.why,
                        "actions": [{"kind": a.kind, "reason": a.reason} for a in o.step.actions],
+                       "outcomes": [{"cause": r.cause, "step": r.step, "outcome": r.outcome, "reading": r.reading}
+                                    for r in o.step.outcomes],
                        "done": list(o.done), "refused": o.refused} for o in p.outcomes if o.step.moved],
             "waiting": [{"node": o.node, "why": o.step.why, "lacks": o.waiting} for o in p.outcomes if o.waiting]}
 

@@ -24,7 +24,17 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from preflight.lifecycle.machine import Action, Evidence, LifeState, Policy, Reading, Scheduler, Step, transition
+from preflight.lifecycle.machine import (
+    Action,
+    Evidence,
+    LifeState,
+    Policy,
+    Reading,
+    Scheduler,
+    Step,
+    StepOutcome,
+    transition,
+)
 from preflight.store import StoreError
 from preflight.store import lifecycle as kept
 from preflight.store.db import Store
@@ -86,12 +96,16 @@ def decide(store: Store, policy: Policy, timings: Mapping, now: float, nodes: li
     states = kept.node_states(store)
     readings = kept.readings(store, now - window)
     incidents = kept.incidents(store, now - window)
+    # A step's outcome within the window: a returned one is not tried again (docs/lifecycle.md).
+    done = kept.outcomes(store, now - window)
     names = sorted(set(nodes) if nodes is not None else set(readings) | set(states))
     out = []
     for node in names:
         state = _state_of(states.get(node), node)
         ev = Evidence(tuple(Reading(*r) for r in readings.get(node, ()) if r[1] >= state.since), now,
-                      scheduler.get(node) if scheduler is not None else None, dict(incidents.get(node, {})))
+                      scheduler.get(node) if scheduler is not None else None, dict(incidents.get(node, {})),
+                      tuple(StepOutcome(o["cause"], o["step"], o["outcome"], o["step_at"], o["why"], o["reading"],
+                                        o["at"]) for o in done.get(node, ())))
         out.append((state, transition(state, ev, policy)))
     return out
 
@@ -220,7 +234,7 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
     with STOPPED means the store failed and the pass must end."""
     if not step.moved:
         return Outcome(before.node, step)
-    drains = [a for a in step.actions if a.kind == "drain" and not a.detail.get("rma")]
+    drains = [a for a in step.actions if a.kind == "drain" and not (a.detail.get("rma") or a.detail.get("person"))]
     if drains and not room.allows(before.node):
         return Outcome(before.node, step, refused="the breaker: too many drains in its window (docs/lifecycle.md); "
                                                   "the node keeps its state")
@@ -235,7 +249,7 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
         long = any(a.kind == "retest" for a in step.actions)
         kept.take_lock(store, LOCK, holder, LOCK_TTL_S + (longest if long else 0.0), now)
         if moves:
-            kept.put_state(store, _row(step.state), event)
+            kept.put_state(store, _row(step.state), event, tuple(_outcome_event(o, actor, now) for o in step.outcomes))
         actions = [_with_store(store, a) for a in step.actions]
     except StoreError as exc:
         return Outcome(before.node, step, refused=f"{STOPPED}the store did not take {before.node}'s step, so "
@@ -268,6 +282,13 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
         except StoreError as exc:
             return Outcome(before.node, step, tuple(done), f"{STOPPED}{action.kind} done but not recorded: {exc}")
     return Outcome(before.node, step, tuple(done))
+
+
+def _outcome_event(o: StepOutcome, actor: str, now: float) -> dict:
+    return {"kind": kept.OUTCOME, "actor": actor, "at": now, "run_id": o.reading,
+            "reason": f"{o.step} for {o.cause}: {o.outcome}: {o.why}",
+            "detail": {"cause": o.cause, "step": o.step, "outcome": o.outcome, "step_at": o.step_at,
+                       "reading": o.reading}}
 
 
 def _with_store(store: Store, action: Action) -> Action:

@@ -100,7 +100,23 @@ def _cause(data, where: str, checks_known: set[str] | None = None) -> CausePolic
     unknown = [a for a in acceptance if checks_known is not None and a not in checks_known]
     if unknown:
         raise PolicyError(f"{where}.acceptance: no such check: {', '.join(unknown)} (preflight checks)")
-    return CausePolicy(confirm, step, data.get("service"), tuple(acceptance), str(data.get("person") or ""))
+    then = data.get("then") or []
+    if not isinstance(then, list) or not all(isinstance(t, str) for t in then):
+        raise PolicyError(f"{where}.then: a list of steps (reset, restart, reboot) tried in order once an earlier "
+                          "one returned")
+    bad = [t for t in then if t not in STEPS or t == "none"]
+    if bad:
+        raise PolicyError(f"{where}.then: not a step: {', '.join(map(repr, bad))} (reset, restart, reboot)")
+    if step == "none" and then:
+        raise PolicyError(f"{where}.then: a cause whose step is none has no next step")
+    ladder = [step, *then]
+    if len(set(ladder)) != len(ladder):
+        raise PolicyError(f"{where}.then: a step appears twice in {step}, {', '.join(then)} (a returned step is "
+                          "not tried again)")
+    if "restart" in then and not isinstance(data.get("service"), str):
+        raise PolicyError(f"{where}.service: a restart names its service (nvidia-fabricmanager)")
+    return CausePolicy(confirm, step, data.get("service"), tuple(acceptance), str(data.get("person") or ""),
+                       tuple(then))
 
 
 def load(site: Path | None = None, causes_known: set[str] | None = None,
