@@ -50,6 +50,7 @@ class Outcome:
     done: tuple[str, ...] = ()  # what was carried out, one line per action
     refused: str | None = None  # why the step was not taken (breaker, a store that failed, an effect refused)
     waiting: str | None = None  # what the step needs that this controller lacks (a way onto the node)
+    captures: tuple[dict, ...] = ()  # the evidence kept before a step (capture.Capture.record())
 
 
 @dataclass
@@ -171,6 +172,7 @@ def run_pass(store: Store, policy: Policy, timings: Mapping, now: float, effects
     holder = holder or holder_name()
     clock = clock or (lambda: now)
     longest = float(getattr(effects, "longest_s", 0.0))
+    capture_s = float(getattr(effects, "capture_s", 0.0))
     if not dry_run and not kept.take_lock(store, LOCK, holder, LOCK_TTL_S, now):
         found = kept.lock_holder(store, LOCK)
         if found and _gone(found[0]):
@@ -192,7 +194,7 @@ def run_pass(store: Store, policy: Policy, timings: Mapping, now: float, effects
                     result.outcomes.append(Outcome(before.node, step, waiting=lacking))
                     break
                 outcome = _carry(store, before, step, effects, actor, room, dry_run, holder, longest,
-                                 clock() if n else now)
+                                 clock() if n else now, capture_s)
                 result.outcomes.append(outcome)
                 if outcome.refused and outcome.refused.startswith(STOPPED):
                     result.stopped = outcome.refused[len(STOPPED):]
@@ -229,9 +231,11 @@ def _goes_on(o: Outcome) -> bool:
 
 
 def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, room: Breaker, dry_run: bool,
-           holder: str, longest: float, now: float) -> Outcome:
+           holder: str, longest: float, now: float, capture_s: float = 0.0) -> Outcome:
     """One node's step: recorded, then carried out, its outcome recorded. A refusal starting
-    with STOPPED means the store failed and the pass must end."""
+    with STOPPED means the store failed and the pass must end. Before a reset, a restart or a
+    reboot, the node's state is captured (``effects.capture``) and the capture recorded, whatever
+    it came to: it is bounded by its own limit and never stops the step."""
     if not step.moved:
         return Outcome(before.node, step)
     drains = [a for a in step.actions if a.kind == "drain" and not (a.detail.get("rma") or a.detail.get("person"))]
@@ -245,9 +249,12 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
              "at": now, "detail": {"from": before.state, "to": step.state.state,
                                    "actions": [a.kind for a in step.actions]}}
     try:
-        # A long action (a retest) keeps the lock for as long as it may take; the rest, 5 minutes.
+        # A long action (a retest, a step's capture) keeps the lock for as long as it may take; the
+        # rest, 5 minutes.
         long = any(a.kind == "retest" for a in step.actions)
-        kept.take_lock(store, LOCK, holder, LOCK_TTL_S + (longest if long else 0.0), now)
+        captured = any(a.kind in CAPTURED for a in step.actions)
+        kept.take_lock(store, LOCK, holder, LOCK_TTL_S + (longest if long else 0.0) + (capture_s if captured else 0.0),
+                       now)
         if moves:
             kept.put_state(store, _row(step.state), event, tuple(_outcome_event(o, actor, now) for o in step.outcomes))
         actions = [_with_store(store, a) for a in step.actions]
@@ -257,12 +264,26 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
     if drains:
         room.took(before.node)
     done: list[str] = []
+    captures: list[dict] = []
     acts = getattr(effects, "acts", True)
+    take = getattr(effects, "capture", None)
     for action in actions:
         line = f"{action.kind} {action.node}" + (f" ({action.reason})" if action.reason else "")
         if not acts:
             kind, line = f"for-a-person:{action.kind}", f"for a person: {line}"
         else:
+            if take is not None and action.kind in CAPTURED:
+                got = take(action, now)
+                if got is not None:
+                    record = {**got.record(), "step_at": step.state.requested}
+                    captures.append(record)
+                    try:
+                        store.add_event(action.node, CAPTURE, actor, _capture_line(record), step.state.run_id,
+                                        at=now, detail=json.dumps(record))
+                    except StoreError as exc:
+                        return Outcome(before.node, step, tuple(done), f"{STOPPED}the store did not take "
+                                       f"{action.node}'s capture, so its {action.kind} was not done: {exc}",
+                                       captures=tuple(captures))
             complaint = effects(action)
             if complaint:
                 refused = f"{action.kind} refused: {complaint}"
@@ -273,15 +294,27 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
                                                              "detail": {"from": step.state.state, "to": before.state}})
                     except StoreError as exc:
                         refused += f"; and the store did not take the way back: {exc}"
-                return Outcome(before.node, step, tuple(done), refused)
+                return Outcome(before.node, step, tuple(done), refused, captures=tuple(captures))
             kind = action.kind
         done.append(line)
         try:
             store.add_event(action.node, kind, actor, action.reason, step.state.run_id, at=now,
                             detail=json.dumps({k: action.detail[k] for k in ("run", "checks") if k in action.detail}))
         except StoreError as exc:
-            return Outcome(before.node, step, tuple(done), f"{STOPPED}{action.kind} done but not recorded: {exc}")
-    return Outcome(before.node, step, tuple(done))
+            return Outcome(before.node, step, tuple(done), f"{STOPPED}{action.kind} done but not recorded: {exc}",
+                           captures=tuple(captures))
+    return Outcome(before.node, step, tuple(done), captures=tuple(captures))
+
+
+CAPTURE = "capture"  # the event of the evidence kept before a step (docs/contracts.md)
+CAPTURED = ("reset", "restart", "reboot")
+
+
+def _capture_line(record: dict) -> str:
+    where = f" in {record['directory']}" if record.get("directory") and record.get("bytes") else ""
+    why = f": {record['why']}" if record.get("why") else ""
+    return (f"before the {record['step']}: {record['outcome']}, {record['bytes']} bytes in {record['seconds']:g} s"
+            f"{where}{why}")[:500]
 
 
 def _outcome_event(o: StepOutcome, actor: str, now: float) -> dict:
