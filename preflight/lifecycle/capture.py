@@ -87,8 +87,9 @@ class Capture:
     def record(self) -> dict:
         """The event's detail: what the RMA summary names (never the content)."""
         out = asdict(self)
-        out["parts"] = [{k: v for k, v in asdict(p).items() if v not in (None, "", False)} | {"argv": list(p.argv)}
-                        for p in self.parts]
+        # A part's empty fields are left out (an exit code of 0 is not empty).
+        out["parts"] = [{k: v for k, v in asdict(p).items() if v is not None and v != "" and v is not False}
+                        | {"argv": list(p.argv)} for p in self.parts]
         return out
 
 
@@ -150,9 +151,10 @@ def _keep(budget: _Budget, directory: Path, name: str, r: CommandResult | None, 
 def _bug_report(node: Node, budget: _Budget, directory: Path, parts: list[Part]) -> bool:
     """The driver's report; False when the node has no such script (the fallback set follows)."""
     argv = [BUG_REPORT_SCRIPT, "--safe-mode", "--output-file", BUG_REPORT]
-    # Leave room to read back what it wrote if the limit cuts it: a fifth of the limit, 30 s at most.
-    reserve = min(30.0, budget.limits.timeout_s / 5)
-    limit = budget.command_s() - reserve
+    # Leave room to read back what it wrote if the limit cuts it: a fifth of what the commands may
+    # take, 2 s at least (the read-back's own 1 s and the channel's close) and 30 s at most.
+    limit = budget.command_s()
+    limit -= max(2.0, min(30.0, limit / 5))
     r = node.run(argv, timeout=limit) if limit >= 1 else None
     if r is not None and r.exit_code == NOT_FOUND:
         parts.append(Part(BUG_REPORT_SCRIPT, tuple(argv), r.exit_code, 0, r.duration_s, said=_said(r)))

@@ -188,13 +188,13 @@ def run_pass(store: Store, policy: Policy, timings: Mapping, now: float, effects
         decided = decide(store, policy, timings, now, nodes, scheduler)
         room = _breaker(store, timings, now, len(decided))
         for before, step in decided:
-            for n in range(MAX_STEPS_PER_PASS):
+            at = now  # the time of the step decided: its transition, its actions and their events share it
+            for _ in range(MAX_STEPS_PER_PASS):
                 step, lacking = _feasible(step, before, effects)
                 if lacking:
                     result.outcomes.append(Outcome(before.node, step, waiting=lacking))
                     break
-                outcome = _carry(store, before, step, effects, actor, room, dry_run, holder, longest,
-                                 clock() if n else now, capture_s)
+                outcome = _carry(store, before, step, effects, actor, room, dry_run, holder, longest, at, capture_s)
                 result.outcomes.append(outcome)
                 if outcome.refused and outcome.refused.startswith(STOPPED):
                     result.stopped = outcome.refused[len(STOPPED):]
@@ -206,7 +206,8 @@ def run_pass(store: Store, policy: Policy, timings: Mapping, now: float, effects
                 if view is not None and scheduler is not None:
                     sched[before.node] = view(before.node)
                 try:
-                    [(before, step)] = decide(store, policy, timings, clock(), [before.node],
+                    at = clock()
+                    [(before, step)] = decide(store, policy, timings, at, [before.node],
                                               sched if scheduler is not None else None)
                 except StoreError as exc:
                     result.stopped = f"the store could not be read after {before.node}'s step, so nothing more was " \

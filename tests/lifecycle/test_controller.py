@@ -13,7 +13,7 @@ import threading
 
 from runs import report
 
-from preflight.lifecycle import controller
+from preflight.lifecycle import controller, effects
 from preflight.lifecycle.machine import Action, Scheduler
 from preflight.lifecycle.policy import load
 from preflight.store import Store, parse
@@ -303,3 +303,21 @@ def test_a_cleared_cause_that_comes_back_marks_the_step_returned_and_it_is_not_t
         cleared, returned = kept.outcomes(store, 0)["n1"]
         assert (cleared["outcome"], returned["outcome"], returned["reading"]) == ("cleared", "returned", "r2")
         assert cleared["step_at"] == returned["step_at"] == at(1.02)
+
+
+def test_a_step_whose_capture_could_not_be_taken_is_carried_out_and_the_capture_recorded_first(store_url):
+    """A reboot of a node the controller has no SSH to: its state cannot be kept; the capture is
+    recorded as skipped, before the reboot, which happens all the same."""
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": {"fail": ["gpu-count"], "causes": ["gpu-fallen-off-bus"]}})
+        rec = Recorder()
+        rec.capture = effects.SlurmEffects({}).capture
+        controller.run_pass(store, POLICY, TIMINGS, at(1.001), rec, "test", scheduler={"n1": IDLE})
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.02), rec, "test", scheduler={"n1": OURS})
+        assert [a.kind for a in rec.calls] == ["drain", "reboot"]
+        [cap] = p.outcomes[0].captures
+        assert (cap["step"], cap["outcome"], cap["step_at"]) == ("reboot", "skipped", at(1.02))
+        assert "no way onto n1 over SSH" in cap["why"]
+        events = node_history(store, "n1", Window(0))["events"]
+        assert [e["kind"] for e in events][-2:] == ["capture", "reboot"]
+        assert events[-2]["reason"].startswith("before the reboot: skipped, 0 bytes in 0 s: no way onto n1")

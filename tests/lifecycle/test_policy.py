@@ -23,6 +23,7 @@ def test_the_shipped_policy_names_only_known_causes_and_sources_its_steps():
     assert timings["escalate_window_s"] == 7 * 86400 and policy.escalate_incidents == 3
     assert policy.of("nvlink-errors").ladder() == ("reset", "reboot")  # WORKFLOW_NVLINK_ERR: reset, or reboot
     assert policy.of("thermal-throttling").ladder() == ()
+    assert (timings["capture_timeout_s"], timings["capture_max_bytes"]) == (300, 128 << 20)
 
 
 def test_a_site_file_overrides_and_silences(tmp_path):
@@ -46,6 +47,12 @@ def test_a_site_file_overrides_and_silences(tmp_path):
     ("format: preflight-lifecycle/1\ncauses: {gpu-ecc-uncorrectable: {step: pray}}\n", ".step: one of reset"),
     ("format: preflight-lifecycle/1\ncauses: {fabric-manager-down: {step: restart}}\n", "a restart names its service"),
     ("format: preflight-lifecycle/1\ncauses: {gpu-on-fire: {}}\n", "causes.gpu-on-fire: no such cause"),
+    ("format: preflight-lifecycle/1\ntimings: {capture_timeout_s: 5}\n",
+     "timings.capture_timeout_s: 0 (no capture before a step) or at least 20 seconds"),
+    ("format: preflight-lifecycle/1\ntimings: {capture_timeout_s: .nan}\n", "timings.capture_timeout_s: a number >= 0"),
+    ("format: preflight-lifecycle/1\ntimings: {capture_max_bytes: 1.5}\n",
+     "timings.capture_max_bytes: a whole number"),
+    ("format: preflight-lifecycle/1\ntimings: {capture_max_bytes: 0}\n", "timings.capture_max_bytes: at least 1 byte"),
     ("format: preflight-lifecycle/1\ncauses: {nvlink-errors: {step: reset, then: reboot}}\n",
      "causes.nvlink-errors.then: a list of steps"),
     ("format: preflight-lifecycle/1\ncauses: {nvlink-errors: {step: reset, then: [pray]}}\n",
