@@ -227,7 +227,8 @@ def collect(node: Node, step: str, directory: Path, limits: Limits,
     cap = Capture(node.name, step, now_iso())
     budget = _Budget(limits, clock)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        # A host report holds the node's configuration and logs (ADR-061's caution): its owner's only.
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         cap.directory = str(directory)
         parts: list[Part] = []
         cap.source = "nvidia-bug-report" if _bug_report(node, budget, directory, parts) else "fallback"

@@ -80,6 +80,7 @@ def test_the_bug_report_is_kept_where_the_node_has_the_script(fleet, tmp_path):
     assert [p.name for p in cap.parts] == ["nvidia-bug-report.sh", "nvidia-bug-report.log.gz"]
     assert cap.parts[0].argv == ("nvidia-bug-report.sh", "--safe-mode", "--output-file", capture.BUG_REPORT)
     assert "preflight-nvidia-bug-report" not in left  # read back, then removed from the node
+    assert (tmp_path / "c").stat().st_mode & 0o777 == 0o700  # a node's logs and configuration: its operators'
     manifest = json.loads((tmp_path / "c" / "capture.json").read_text())
     assert manifest["outcome"] == "complete" and manifest["parts"][1]["bytes"] == len(kept)
 
