@@ -33,6 +33,7 @@ from preflight.lifecycle.machine import (
     Scheduler,
     Step,
     StepOutcome,
+    retest_not_run,
     transition,
 )
 from preflight.store import StoreError
@@ -286,6 +287,12 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
                                        f"{action.node}'s capture, so its {action.kind} was not done: {exc}",
                                        captures=tuple(captures))
             complaint = effects(action)
+            if complaint and action.kind == "retest" and step.state.state == "retesting":
+                # No reading will come of it: the step's outcome is ambiguous, a person's now, rather
+                # than the retest asked again every pass until the step's timeout.
+                after = retest_not_run(step.state, complaint, now)
+                got = _carry(store, step.state, after, effects, actor, room, dry_run, holder, longest, now, capture_s)
+                return replace(got, done=(*done, *got.done))
             if complaint:
                 refused = f"{action.kind} refused: {complaint}"
                 if moves:

@@ -364,6 +364,13 @@ def _retest_failed(s: LifeState, ev: Evidence, policy: Policy, why: str, reading
                retest_failures=failures, step=None)
 
 
+def retest_not_run(s: LifeState, why: str, now: float) -> Step:
+    """The retest could not run (its run refused its options, timed out, or could not reach the
+    node): no reading will say whether the step worked, so its outcome is ambiguous and a person
+    decides, rather than the retest being asked again every pass."""
+    return _ambiguous(s, Evidence((), now), f"the retest could not run: {why}")
+
+
 def _ambiguous(s: LifeState, ev: Evidence, why: str, reading: str | None = None) -> Step:
     return _to_person(s, ev.now, f"{why} (ambiguous after the {s.step})",
                       (_outcome(s, "ambiguous", why, ev.now, reading),))

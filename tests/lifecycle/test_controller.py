@@ -321,3 +321,20 @@ def test_a_step_whose_capture_could_not_be_taken_is_carried_out_and_the_capture_
         events = node_history(store, "n1", Window(0))["events"]
         assert [e["kind"] for e in events][-2:] == ["capture", "reboot"]
         assert events[-2]["reason"].startswith("before the reboot: skipped, 0 bytes in 0 s: no way onto n1")
+
+
+def test_a_retest_that_cannot_run_makes_the_step_ambiguous_and_is_not_asked_again(store_url):
+    """The retest's run exits as bad usage (or times out): no reading will come, so the reset's
+    outcome is ambiguous and the node a person's at once, not a retest asked every pass for 30 min."""
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": ECC})
+        rec = Recorder(refuse={"retest": "the retest run exited 2: unknown check"})
+        controller.run_pass(store, POLICY, TIMINGS, at(1.001), rec, "test", scheduler={"n1": IDLE})
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.02), rec, "test", scheduler={"n1": OURS})
+        assert [o.step.state.state for o in p.outcomes] == ["remediating", "retesting", "escalated"]
+        assert p.outcomes[-1].refused is None and "a person decides" in p.outcomes[-1].done[-1]
+        controller.run_pass(store, POLICY, TIMINGS, at(1.03), rec, "test", scheduler={"n1": OURS})
+        assert [a.kind for a in rec.calls] == ["drain", "reset", "retest", "drain"]
+        [outcome] = kept.outcomes(store, 0)["n1"]
+        assert (outcome["outcome"], outcome["reading"]) == ("ambiguous", None)
+        assert outcome["why"].endswith("the retest could not run: the retest run exited 2: unknown check")

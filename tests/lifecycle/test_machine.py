@@ -14,6 +14,7 @@ from preflight.lifecycle.machine import (
     Scheduler,
     Silence,
     StepOutcome,
+    retest_not_run,
     transition,
 )
 
@@ -259,3 +260,11 @@ def test_a_cleared_outcome_names_the_step_and_the_retest():
     s = step(retesting(), ok("r5", 10_100), now=10_200, sched=OURS)
     (o,) = s.outcomes
     assert (o.cause, o.step, o.step_at, o.reading) == (RESET, "reset", 9_990, "r5")
+
+
+def test_a_retest_that_could_not_run_is_ambiguous_at_once():
+    s = retest_not_run(retesting(), "the retest run exited 2: no such check", 10_200)
+    assert s.state.state == "escalated" and s.actions[0].detail == {"person": True}
+    [o] = s.outcomes
+    assert (o.step, o.outcome, o.reading, o.step_at) == ("reset", "ambiguous", None, 9_990)
+    assert o.why == "the retest could not run: the retest run exited 2: no such check"
