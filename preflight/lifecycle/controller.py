@@ -282,10 +282,11 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
                     try:
                         store.add_event(action.node, CAPTURE, actor, _capture_line(record), step.state.run_id,
                                         at=now, detail=json.dumps(record))
-                    except StoreError as exc:
-                        return Outcome(before.node, step, tuple(done), f"{STOPPED}the store did not take "
-                                       f"{action.node}'s capture, so its {action.kind} was not done: {exc}",
-                                       captures=tuple(captures))
+                    except StoreError:
+                        # The step is recorded already (remediating), and the capture is on disk with
+                        # its capture.json: the step goes on; a store still down stops the pass when
+                        # the step's own event cannot be written, below.
+                        record["recorded"] = False
             complaint = effects(action)
             if complaint and action.kind == "retest" and step.state.state == "retesting":
                 # No reading will come of it: the step's outcome is ambiguous, a person's now, rather

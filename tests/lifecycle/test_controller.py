@@ -16,7 +16,7 @@ from runs import report
 from preflight.lifecycle import controller, effects
 from preflight.lifecycle.machine import Action, Scheduler
 from preflight.lifecycle.policy import load
-from preflight.store import Store, parse
+from preflight.store import Store, StoreError, parse
 from preflight.store import lifecycle as kept
 from preflight.store.read import Window, node_history
 from preflight.store.rows import rows_of
@@ -338,3 +338,25 @@ def test_a_retest_that_cannot_run_makes_the_step_ambiguous_and_is_not_asked_agai
         [outcome] = kept.outcomes(store, 0)["n1"]
         assert (outcome["outcome"], outcome["reading"]) == ("ambiguous", None)
         assert outcome["why"].endswith("the retest could not run: the retest run exited 2: unknown check")
+
+
+def test_a_capture_the_store_did_not_take_does_not_stop_the_step(store_url, monkeypatch):
+    """The store refuses the capture's event (a blip): the reset, recorded before as remediating,
+    goes on, and the pass goes on as far as the store takes the rest."""
+    with Store.open(parse(store_url)) as store:
+        record(store, "r1", 1.0, {"n1": ECC})
+        rec = Recorder()
+        rec.capture = effects.SlurmEffects({}).capture
+        controller.run_pass(store, POLICY, TIMINGS, at(1.001), rec, "test", scheduler={"n1": IDLE})
+        add_event = store.add_event
+
+        def blip(node, kind, *args, **kw):
+            if kind == controller.CAPTURE:
+                raise StoreError("connection lost")
+            return add_event(node, kind, *args, **kw)
+
+        monkeypatch.setattr(store, "add_event", blip)
+        p = controller.run_pass(store, POLICY, TIMINGS, at(1.02), rec, "test", scheduler={"n1": OURS})
+        assert [a.kind for a in rec.calls][:2] == ["drain", "reset"] and p.stopped is None
+        assert p.outcomes[0].captures[0]["recorded"] is False
+        assert "capture" not in [e["kind"] for e in node_history(store, "n1", Window(0))["events"]]
