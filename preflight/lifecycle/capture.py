@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -81,7 +82,7 @@ class Capture:
     directory: str | None = None
     seconds: float = 0.0
     bytes: int = 0
-    source: str = ""  # nvidia-bug-report | fallback
+    source: str = ""  # nvidia-bug-report | fallback; empty until the node said which (or skipped)
     parts: list[Part] = field(default_factory=list)
 
     def record(self) -> dict:
@@ -148,7 +149,7 @@ def _keep(budget: _Budget, directory: Path, name: str, r: CommandResult | None, 
     return data
 
 
-def _bug_report(node: Node, budget: _Budget, directory: Path, parts: list[Part]) -> bool:
+def _bug_report(node: Node, budget: _Budget, directory: Path, parts: list[Part], cap: Capture) -> bool:
     """The driver's report; False when the node has no such script (the fallback set follows)."""
     argv = [BUG_REPORT_SCRIPT, "--safe-mode", "--output-file", BUG_REPORT]
     # Leave room to read back what it wrote if the limit cuts it: a fifth of what the commands may
@@ -159,6 +160,7 @@ def _bug_report(node: Node, budget: _Budget, directory: Path, parts: list[Part])
     if r is not None and r.exit_code == NOT_FOUND:
         parts.append(Part(BUG_REPORT_SCRIPT, tuple(argv), r.exit_code, 0, r.duration_s, said=_said(r)))
         return False
+    cap.source = "nvidia-bug-report"
     if r is None:
         parts.append(Part(BUG_REPORT_SCRIPT, tuple(argv), None, 0, 0.0, error=TIME_SPENT))
         return True
@@ -221,28 +223,51 @@ def _fallback(node: Node, budget: _Budget, directory: Path, parts: list[Part]) -
 
 def collect(node: Node, step: str, directory: Path, limits: Limits,
             clock: Callable[[], float] = time.monotonic) -> Capture:
-    """The node's state, into ``directory`` (created), before ``step``; never raises."""
+    """The node's state, into ``directory`` (created), before ``step``; never raises, and returns
+    within the limit. Each command is bounded already; what is not (the SSH handshake of a node,
+    or a machine so loaded that paramiko's own waits run long: a 20 s capture once took 68 s) is
+    cut by a watchdog: the capture is recorded with what it had by then, and its worker, left
+    behind, starts no command after the limit."""
     if limits.timeout_s <= 0:
         return skipped(getattr(node, "name", ""), step, "capture_timeout_s is 0 in the site file: no capture")
     cap = Capture(node.name, step, now_iso())
     budget = _Budget(limits, clock)
+    parts: list[Part] = []
+    failed: list[str] = []
+    worker = threading.Thread(target=_gather, args=(node, budget, directory, parts, cap, failed), daemon=True,
+                              name=f"capture-{node.name}")
+    worker.start()
+    worker.join(max(0.0, limits.timeout_s - (clock() - budget.start)))
+    cap.parts = list(parts)  # a worker left behind appends no more to what is recorded
+    cap.bytes = sum(p.bytes for p in cap.parts)
+    if failed:
+        cap.outcome, cap.why = "failed", failed[0]
+    elif worker.is_alive():
+        running = "the SSH connection" if not cap.parts else "the command after " + cap.parts[-1].name
+        cap.outcome, cap.why = "timed-out", (f"the capture's time limit ({limits.timeout_s:g} s) passed in {running}; "
+                                             "what came before is kept")
+    else:
+        cap.outcome, cap.why = _judge(cap.parts)
+    cap.seconds = round(clock() - budget.start, 3)
+    if cap.directory and not failed:
+        try:
+            (directory / "capture.json").write_text(json.dumps(cap.record(), indent=1) + "\n")
+        except OSError as exc:
+            cap.outcome, cap.why = "failed", f"could not write the capture under {directory}: {exc}"
+    return cap
+
+
+def _gather(node: Node, budget: _Budget, directory: Path, parts: list[Part], cap: Capture,
+            failed: list[str]) -> None:
     try:
         # A host report holds the node's configuration and logs (ADR-061's caution): its owner's only.
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         cap.directory = str(directory)
-        parts: list[Part] = []
-        cap.source = "nvidia-bug-report" if _bug_report(node, budget, directory, parts) else "fallback"
-        if cap.source == "fallback":
+        if not _bug_report(node, budget, directory, parts, cap):
+            cap.source = "fallback"
             _fallback(node, budget, directory, parts)
-        cap.parts = parts
-        cap.bytes = sum(p.bytes for p in parts)
-        cap.outcome, cap.why = _judge(parts)
-        (directory / "capture.json").write_text(json.dumps(cap.record(), indent=1) + "\n")
     except OSError as exc:  # the controller's disk, not the node: recorded, the step goes on
-        cap.outcome, cap.why = "failed", f"could not write the capture under {directory}: {exc}"
-    finally:
-        cap.seconds = round(clock() - budget.start, 3)
-    return cap
+        failed.append(f"could not write the capture under {directory}: {exc}")
 
 
 def _judge(parts: list[Part]) -> tuple[str, str]:

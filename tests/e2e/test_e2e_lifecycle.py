@@ -285,8 +285,11 @@ def test_a_reset_clears_the_fault_a_busy_node_waits_a_return_goes_to_a_person(cl
     assert steps["gpu07"]["chain"] == ["remediating", "retesting", "retesting", "escalated"]
     assert steps["gpu07"]["all_done"][0] == "reset gpu07 (preflight: remediating gpu-row-remap f1: reset)"
     [hung] = steps["gpu07"]["captures"]
-    assert (hung["step"], hung["source"], hung["outcome"]) == ("reset", "nvidia-bug-report", "timed-out"), hung
-    assert hung["seconds"] <= 20 and "nvidia-bug-report.sh" in hung["why"]
+    assert (hung["step"], hung["outcome"]) == ("reset", "timed-out") and hung["seconds"] <= 20.5, hung
+    # (On a machine loaded enough, the limit may pass in the SSH handshake, before the node has
+    # said whether it has the script: the capture's watchdog cuts it there.)
+    assert hung["source"] == "nvidia-bug-report" and "nvidia-bug-report.sh" in hung["why"] or (
+        hung["source"] == "" and "passed in the SSH connection" in hung["why"]), hung
     assert time.monotonic() - started < 120  # the capture, the reset, one retest: not a retry loop
     assert [(o["step"], o["outcome"]) for o in steps["gpu07"]["outcomes"]] == [("reset", "returned")]
     assert reason(cluster, "gpu07").startswith("preflight: escalated gpu-row-remap f1: retest ")

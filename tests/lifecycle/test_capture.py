@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from netfaults import controller_ssh_stalled
 from nodes import SMI_Q, healthy_h200
 from simcluster import Reply, SimCluster, SimHost
 
@@ -135,6 +136,22 @@ def test_a_hung_report_is_cut_at_the_limit_and_what_it_wrote_is_looked_for(fleet
     assert [p.name for p in cap.parts] == ["nvidia-bug-report.sh", "nvidia-bug-report.log.gz"]
     assert cap.parts[1].error == f"the report was not found on the node at {capture.BUG_REPORT}.gz"
     assert not (tmp_path / "c" / "nvidia-bug-report.log.gz").exists()
+
+
+def test_a_transport_that_hangs_past_the_limit_is_cut_by_the_watchdog(fleet, tmp_path):
+    """The SSH handshake itself hangs (the node's SYN stalls on its port) under a connect timeout
+    longer than the capture's limit (a machine so loaded that paramiko's own waits ran long once
+    made a 20 s capture take 68 s): the capture returns at its limit, timed out, saying where."""
+    slow = SshNode(Host("gpu02"), SshOptions(ssh_config=fleet.ssh_config, known_hosts=fleet.known_hosts,
+                                              identity=fleet.identity, connect_timeout_s=120))
+    with controller_ssh_stalled(fleet, "gpu02"):
+        started = time.monotonic()
+        cap = capture.collect(slow, "reset", tmp_path / "c", capture.Limits(20, 1 << 20))
+        took = time.monotonic() - started
+    slow.close()  # the stall is gone: the connect left behind ends, and with it the worker
+    assert took < 21 and cap.seconds < 21, (took, cap)
+    assert cap.outcome == "timed-out" and cap.parts == [] and "passed in the SSH connection" in cap.why, cap
+    assert json.loads((tmp_path / "c" / "capture.json").read_text())["outcome"] == "timed-out"
 
 
 def test_a_node_that_cannot_be_reached_is_a_failed_capture_not_an_error(fleet, tmp_path):
