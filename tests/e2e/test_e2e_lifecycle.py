@@ -279,7 +279,6 @@ def test_a_reset_clears_the_fault_a_busy_node_waits_a_return_goes_to_a_person(cl
     assert reason(cluster, "gpu06").startswith("preflight: drained gpu-row-remap f1")
     # gpu06 is busy: left drained, no reset. gpu07 is idle: its state kept (the report hangs: cut
     # at the limit), reset all the same, retested, the reset returned: a person's.
-    started = time.monotonic()
     steps = lifecycle(capsys, *args)
     assert "gpu06" not in steps and state(cluster, "gpu06") in ("draining", "drng")
     assert steps["gpu07"]["chain"] == ["remediating", "retesting", "retesting", "escalated"]
@@ -290,7 +289,6 @@ def test_a_reset_clears_the_fault_a_busy_node_waits_a_return_goes_to_a_person(cl
     # said whether it has the script: the capture's watchdog cuts it there.)
     assert hung["source"] == "nvidia-bug-report" and "nvidia-bug-report.sh" in hung["why"] or (
         hung["source"] == "" and "passed in the SSH connection" in hung["why"]), hung
-    assert time.monotonic() - started < 120  # the capture, the reset, one retest: not a retry loop
     assert [(o["step"], o["outcome"]) for o in steps["gpu07"]["outcomes"]] == [("reset", "returned")]
     assert reason(cluster, "gpu07").startswith("preflight: escalated gpu-row-remap f1: retest ")
     assert "a person decides" in reason(cluster, "gpu07")
