@@ -111,3 +111,16 @@ def ssh_stalled(cluster: SimCluster, src: str, dst: str) -> Iterator[None]:
         yield
     finally:
         _clear(netns, "eth0")
+
+
+@contextlib.contextmanager
+def controller_ssh_stalled(cluster: SimCluster, dst: str) -> Iterator[None]:
+    """ssh from this machine (the controller) to ``dst`` stalls: its SYN waits on the bridge port
+    toward ``dst``, so a connect hangs for as long as the client's own timeout lets it."""
+    port = cluster.link_of(dst)
+    try:
+        _stall(None, port, [["match", "ip", "dst", f"{cluster.address(dst)}/32", "match", "ip", "dport", "22",
+                             "0xffff"]])
+        yield
+    finally:
+        _clear(None, port)

@@ -10,6 +10,7 @@ that not even link-local chatter appears).
 
 In its namespace each host runs a real OpenSSH sshd, started under `unshare --mount --uts` with
   - /usr/local/bin (first on sshd's PATH) replaced by a directory of generated command shims,
+  - /var/tmp a tmpfs of its own (what a shim writes there stays on its host),
   - /sys/class overlaid read-only with the host's own files, when it has any,
   - root's home directory moved (in a private copy of /etc/passwd) to an empty per-host directory,
     so this machine's dotfiles do not leak into the node,
@@ -82,6 +83,10 @@ class Reply:
     # After this invocation the host's shims are those of the host named here: a GPU reset or a
     # service restart that clears the node's fault (it answers as that healthy host from then on).
     becomes: str | None = None
+    # (absolute path on the host, file whose bytes it gets) files this invocation writes after its
+    # sleep: a tool whose output is a file (nvidia-bug-report.sh --output-file). Each host has a
+    # /var/tmp of its own (a tmpfs in its mount namespace), as separate machines do.
+    files: tuple[tuple[str, Path], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -437,6 +442,11 @@ def _play(reply: Reply, text_file: Path, sysfs_dir: Path) -> str:
         steps.append(f"cat {shlex.quote(str(text_file))}")
     if reply.stderr:
         steps.append(f"printf %s {shlex.quote(reply.stderr)} >&2")
+    for path, source in reply.files:
+        if not Path(path).is_absolute() or not Path(source).is_file():
+            raise SimClusterError(f"file {path!r} of a reply: an absolute path on the host, from an existing file "
+                                  f"(not {source})")
+        steps.append(f"cat {shlex.quote(str(Path(source).resolve()))} >{shlex.quote(path)}")
     for n, (path, content) in enumerate(reply.sysfs_writes):
         # The overlay's lower layer, which the host's /sys/class shows: a file there changes in place.
         parts = Path(path).parts
@@ -510,6 +520,7 @@ def _up_script(host: SimHost, hostdir: Path, address: str, subnet: int, shadow: 
     if host.sysfs:
         lines.append(f"mount -t overlay simcluster-sysfs -o ro,lowerdir={hostdir / 'sysfs'}:/sys/class /sys/class")
     lines.append(f"mount --bind {q(str(hostdir / 'passwd'))} /etc/passwd")
+    lines.append("mount -t tmpfs -o size=64m,mode=1777 simcluster-tmp /var/tmp")
     if shadow is not None:
         lines.append(f"mount --bind {q(str(shadow))} /etc/shadow")
     lines += [

@@ -28,7 +28,7 @@ from preflight.diagnose.engine import load_knowledge
 from preflight.judge.loader import load_checks
 from preflight.judge.precision import CLEARED
 from preflight.knowledge.datafile import LONGEST_S, positive
-from preflight.lifecycle import controller, effects, policy, rma
+from preflight.lifecycle import capture, controller, effects, policy, rma
 from preflight.lifecycle.machine import STATES
 from preflight.printable import printable as _p
 from preflight.store import Store
@@ -126,6 +126,12 @@ def _show_pass(p: controller.Pass, console: Console, dry_run: bool) -> None:
         actions = ", ".join(f"{a.kind}" + (f" ({a.reason})" if a.reason else "") for a in o.step.actions)
         console.print(f"{_p(o.node)}: {verb}{_p(o.step.why)}" + (f"; {verb}{_p(actions)}" if actions else ""),
                       **PLAIN)
+        for c in o.captures:
+            console.print(f"  evidence before the {_p(c['step'])}: {_p(c['outcome'])}, {c['bytes']} bytes in "
+                          f"{c['seconds']:g} s" + (f" in {_p(c['directory'])}" if c.get("bytes") else "")
+                          + (f" ({_p(c['why'])})" if c.get("why") else ""), **PLAIN)
+        for r in o.step.outcomes:
+            console.print(f"  {verb}record: the {_p(r.step)} for {_p(r.cause)} {_p(r.outcome)}", **PLAIN)
         for line in o.done:
             if line.startswith("for a person"):
                 console.print(f"  {_p(line)}", **PLAIN)
@@ -141,6 +147,10 @@ def _pass_json(p: controller.Pass) -> dict:
     return {"lock_holder": p.lock_holder, "took_over": p.took_over, "stopped": p.stopped,
             "steps": [{"node": o.node, "to": o.step.state.state, "why": o.step.why,
                        "actions": [{"kind": a.kind, "reason": a.reason} for a in o.step.actions],
+                       "outcomes": [{"cause": r.cause, "step": r.step, "outcome": r.outcome, "reading": r.reading}
+                                    for r in o.step.outcomes],
+                       "captures": [{k: c.get(k) for k in ("step", "outcome", "why", "directory", "bytes", "seconds",
+                                                            "source")} for c in o.captures],
                        "done": list(o.done), "refused": o.refused} for o in p.outcomes if o.step.moved],
             "waiting": [{"node": o.node, "why": o.step.why, "lacks": o.waiting} for o in p.outcomes if o.waiting]}
 
@@ -206,7 +216,9 @@ def _one_pass(args, store: Store, pol, timings, console: Console, hosts: dict, s
         reach = {name: SshNode(h, ssh) for name, h in hosts.items()}
         retest = Retest(hosts, ssh, store.url, args.out, level_of(args, timings),
                         float(timings.get("step_timeout_s", 1800.0)), tuple(args.retest_arg)) if hosts else None
-        act = effects.SlurmEffects(reach, retest, retest.timeout_s if retest else 0.0)
+        limits = capture.Limits(float(timings.get("capture_timeout_s", capture.DEFAULT_TIMEOUT_S)),
+                                int(timings.get("capture_max_bytes", capture.DEFAULT_MAX_BYTES)))
+        act = effects.SlurmEffects(reach, retest, retest.timeout_s if retest else 0.0, Path(args.out), limits)
     try:
         p = controller.run_pass(store, pol, timings, now, act, f"lifecycle:{store_cli.actor()}", nodes, views,
                                 dry_run=args.dry_run, clock=time.time)

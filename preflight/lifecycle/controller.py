@@ -24,7 +24,18 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from preflight.lifecycle.machine import Action, Evidence, LifeState, Policy, Reading, Scheduler, Step, transition
+from preflight.lifecycle.machine import (
+    Action,
+    Evidence,
+    LifeState,
+    Policy,
+    Reading,
+    Scheduler,
+    Step,
+    StepOutcome,
+    retest_not_run,
+    transition,
+)
 from preflight.store import StoreError
 from preflight.store import lifecycle as kept
 from preflight.store.db import Store
@@ -40,6 +51,7 @@ class Outcome:
     done: tuple[str, ...] = ()  # what was carried out, one line per action
     refused: str | None = None  # why the step was not taken (breaker, a store that failed, an effect refused)
     waiting: str | None = None  # what the step needs that this controller lacks (a way onto the node)
+    captures: tuple[dict, ...] = ()  # the evidence kept before a step (capture.Capture.record())
 
 
 @dataclass
@@ -86,12 +98,16 @@ def decide(store: Store, policy: Policy, timings: Mapping, now: float, nodes: li
     states = kept.node_states(store)
     readings = kept.readings(store, now - window)
     incidents = kept.incidents(store, now - window)
+    # A step's outcome within the window: a returned one is not tried again (docs/lifecycle.md).
+    done = kept.outcomes(store, now - window)
     names = sorted(set(nodes) if nodes is not None else set(readings) | set(states))
     out = []
     for node in names:
         state = _state_of(states.get(node), node)
         ev = Evidence(tuple(Reading(*r) for r in readings.get(node, ()) if r[1] >= state.since), now,
-                      scheduler.get(node) if scheduler is not None else None, dict(incidents.get(node, {})))
+                      scheduler.get(node) if scheduler is not None else None, dict(incidents.get(node, {})),
+                      tuple(StepOutcome(o["cause"], o["step"], o["outcome"], o["step_at"], o["why"], o["reading"],
+                                        o["at"]) for o in done.get(node, ())))
         out.append((state, transition(state, ev, policy)))
     return out
 
@@ -157,6 +173,7 @@ def run_pass(store: Store, policy: Policy, timings: Mapping, now: float, effects
     holder = holder or holder_name()
     clock = clock or (lambda: now)
     longest = float(getattr(effects, "longest_s", 0.0))
+    capture_s = float(getattr(effects, "capture_s", 0.0))
     if not dry_run and not kept.take_lock(store, LOCK, holder, LOCK_TTL_S, now):
         found = kept.lock_holder(store, LOCK)
         if found and _gone(found[0]):
@@ -172,13 +189,13 @@ def run_pass(store: Store, policy: Policy, timings: Mapping, now: float, effects
         decided = decide(store, policy, timings, now, nodes, scheduler)
         room = _breaker(store, timings, now, len(decided))
         for before, step in decided:
-            for n in range(MAX_STEPS_PER_PASS):
+            at = now  # the time of the step decided: its transition, its actions and their events share it
+            for _ in range(MAX_STEPS_PER_PASS):
                 step, lacking = _feasible(step, before, effects)
                 if lacking:
                     result.outcomes.append(Outcome(before.node, step, waiting=lacking))
                     break
-                outcome = _carry(store, before, step, effects, actor, room, dry_run, holder, longest,
-                                 clock() if n else now)
+                outcome = _carry(store, before, step, effects, actor, room, dry_run, holder, longest, at, capture_s)
                 result.outcomes.append(outcome)
                 if outcome.refused and outcome.refused.startswith(STOPPED):
                     result.stopped = outcome.refused[len(STOPPED):]
@@ -190,7 +207,8 @@ def run_pass(store: Store, policy: Policy, timings: Mapping, now: float, effects
                 if view is not None and scheduler is not None:
                     sched[before.node] = view(before.node)
                 try:
-                    [(before, step)] = decide(store, policy, timings, clock(), [before.node],
+                    at = clock()
+                    [(before, step)] = decide(store, policy, timings, at, [before.node],
                                               sched if scheduler is not None else None)
                 except StoreError as exc:
                     result.stopped = f"the store could not be read after {before.node}'s step, so nothing more was " \
@@ -215,12 +233,14 @@ def _goes_on(o: Outcome) -> bool:
 
 
 def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, room: Breaker, dry_run: bool,
-           holder: str, longest: float, now: float) -> Outcome:
+           holder: str, longest: float, now: float, capture_s: float = 0.0) -> Outcome:
     """One node's step: recorded, then carried out, its outcome recorded. A refusal starting
-    with STOPPED means the store failed and the pass must end."""
+    with STOPPED means the store failed and the pass must end. Before a reset, a restart or a
+    reboot, the node's state is captured (``effects.capture``) and the capture recorded, whatever
+    it came to: it is bounded by its own limit and never stops the step."""
     if not step.moved:
         return Outcome(before.node, step)
-    drains = [a for a in step.actions if a.kind == "drain" and not a.detail.get("rma")]
+    drains = [a for a in step.actions if a.kind == "drain" and not (a.detail.get("rma") or a.detail.get("person"))]
     if drains and not room.allows(before.node):
         return Outcome(before.node, step, refused="the breaker: too many drains in its window (docs/lifecycle.md); "
                                                   "the node keeps its state")
@@ -231,11 +251,14 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
              "at": now, "detail": {"from": before.state, "to": step.state.state,
                                    "actions": [a.kind for a in step.actions]}}
     try:
-        # A long action (a retest) keeps the lock for as long as it may take; the rest, 5 minutes.
+        # A long action (a retest, a step's capture) keeps the lock for as long as it may take; the
+        # rest, 5 minutes.
         long = any(a.kind == "retest" for a in step.actions)
-        kept.take_lock(store, LOCK, holder, LOCK_TTL_S + (longest if long else 0.0), now)
+        captured = any(a.kind in CAPTURED for a in step.actions)
+        kept.take_lock(store, LOCK, holder, LOCK_TTL_S + (longest if long else 0.0) + (capture_s if captured else 0.0),
+                       now)
         if moves:
-            kept.put_state(store, _row(step.state), event)
+            kept.put_state(store, _row(step.state), event, tuple(_outcome_event(o, actor, now) for o in step.outcomes))
         actions = [_with_store(store, a) for a in step.actions]
     except StoreError as exc:
         return Outcome(before.node, step, refused=f"{STOPPED}the store did not take {before.node}'s step, so "
@@ -243,13 +266,34 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
     if drains:
         room.took(before.node)
     done: list[str] = []
+    captures: list[dict] = []
     acts = getattr(effects, "acts", True)
+    take = getattr(effects, "capture", None)
     for action in actions:
         line = f"{action.kind} {action.node}" + (f" ({action.reason})" if action.reason else "")
         if not acts:
             kind, line = f"for-a-person:{action.kind}", f"for a person: {line}"
         else:
+            if take is not None and action.kind in CAPTURED:
+                got = take(action, now)
+                if got is not None:
+                    record = {**got.record(), "step_at": step.state.requested}
+                    captures.append(record)
+                    try:
+                        store.add_event(action.node, CAPTURE, actor, _capture_line(record), step.state.run_id,
+                                        at=now, detail=json.dumps(record))
+                    except StoreError:
+                        # The step is recorded already (remediating), and the capture is on disk with
+                        # its capture.json: the step goes on; a store still down stops the pass when
+                        # the step's own event cannot be written, below.
+                        record["recorded"] = False
             complaint = effects(action)
+            if complaint and action.kind == "retest" and step.state.state == "retesting":
+                # No reading will come of it: the step's outcome is ambiguous, a person's now, rather
+                # than the retest asked again every pass until the step's timeout.
+                after = retest_not_run(step.state, complaint, now)
+                got = _carry(store, step.state, after, effects, actor, room, dry_run, holder, longest, now, capture_s)
+                return replace(got, done=(*done, *got.done))
             if complaint:
                 refused = f"{action.kind} refused: {complaint}"
                 if moves:
@@ -259,15 +303,34 @@ def _carry(store: Store, before: LifeState, step: Step, effects, actor: str, roo
                                                              "detail": {"from": step.state.state, "to": before.state}})
                     except StoreError as exc:
                         refused += f"; and the store did not take the way back: {exc}"
-                return Outcome(before.node, step, tuple(done), refused)
+                return Outcome(before.node, step, tuple(done), refused, captures=tuple(captures))
             kind = action.kind
         done.append(line)
         try:
             store.add_event(action.node, kind, actor, action.reason, step.state.run_id, at=now,
                             detail=json.dumps({k: action.detail[k] for k in ("run", "checks") if k in action.detail}))
         except StoreError as exc:
-            return Outcome(before.node, step, tuple(done), f"{STOPPED}{action.kind} done but not recorded: {exc}")
-    return Outcome(before.node, step, tuple(done))
+            return Outcome(before.node, step, tuple(done), f"{STOPPED}{action.kind} done but not recorded: {exc}",
+                           captures=tuple(captures))
+    return Outcome(before.node, step, tuple(done), captures=tuple(captures))
+
+
+CAPTURE = "capture"  # the event of the evidence kept before a step (docs/contracts.md)
+CAPTURED = ("reset", "restart", "reboot")
+
+
+def _capture_line(record: dict) -> str:
+    where = f" in {record['directory']}" if record.get("directory") and record.get("bytes") else ""
+    why = f": {record['why']}" if record.get("why") else ""
+    return (f"before the {record['step']}: {record['outcome']}, {record['bytes']} bytes in {record['seconds']:g} s"
+            f"{where}{why}")[:500]
+
+
+def _outcome_event(o: StepOutcome, actor: str, now: float) -> dict:
+    return {"kind": kept.OUTCOME, "actor": actor, "at": now, "run_id": o.reading,
+            "reason": f"{o.step} for {o.cause}: {o.outcome}: {o.why}",
+            "detail": {"cause": o.cause, "step": o.step, "outcome": o.outcome, "step_at": o.step_at,
+                       "reading": o.reading}}
 
 
 def _with_store(store: Store, action: Action) -> Action:

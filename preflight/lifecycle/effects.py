@@ -8,9 +8,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 
 from preflight.collect.node import Node
 from preflight.collect.slurm_job import node_states, set_state, slurm
+from preflight.lifecycle import capture
 from preflight.lifecycle.machine import Action, Scheduler
 from preflight.parse.slurm import NodeState
 
@@ -40,19 +42,38 @@ def scheduler_views(nodes: Sequence[str]) -> dict[str, Scheduler]:
 
 
 ON_NODE = ("reset", "restart", "retest")
+STEPS = ("reset", "restart", "reboot")  # what destroys a node's evidence: captured before
 
 
 class SlurmEffects:
     """Actions through scontrol; a reset or restart over ``reach`` (node name -> Node), and a
-    retest through ``retest`` (an action -> a complaint or None), when given."""
+    retest through ``retest`` (an action -> a complaint or None), when given. Before a step,
+    ``capture`` keeps the node's state under ``evidence`` (docs/lifecycle.md)."""
 
     acts = True
 
     def __init__(self, reach: Mapping[str, Node] | None = None,
-                 retest: Callable[[Action], str | None] | None = None, longest_s: float = 0.0):
+                 retest: Callable[[Action], str | None] | None = None, longest_s: float = 0.0,
+                 evidence: Path | None = None, limits: capture.Limits | None = None):
         self.reach = dict(reach or {})
         self.retest = retest
         self.longest_s = longest_s  # the longest an action may take (a retest): the lock is held that long
+        self.evidence, self.limits = evidence, limits or capture.Limits()
+        # A capture may take its whole limit and the transport's grace: the lock is held that much longer.
+        self.capture_s = self.limits.timeout_s + capture.OVERRUN_S if self.limits.timeout_s > 0 else 0.0
+
+    def capture(self, action: Action, stamp: float) -> capture.Capture | None:
+        """The node's state before a step (None: the action is no step); never raises, and never
+        takes longer than its limit: the step follows whatever it came to."""
+        if action.kind not in STEPS:
+            return None
+        if action.node not in self.reach:
+            return capture.skipped(action.node, action.kind, f"no way onto {action.node} over SSH (give the "
+                                   "lifecycle -H/--hosts with the node): its state was not kept")
+        if self.evidence is None:
+            return capture.skipped(action.node, action.kind, "no --out directory to keep it in")
+        return capture.collect(self.reach[action.node], action.kind,
+                               self.evidence / capture.directory_name(action.node, stamp), self.limits)
 
     def can(self, action: Action) -> bool:
         if action.kind not in ON_NODE:

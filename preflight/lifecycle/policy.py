@@ -14,10 +14,15 @@ from preflight.shipped import playbooks_dir
 FORMAT = "preflight-lifecycle/1"
 TIMINGS = ("confirm_delay_s", "confirm_k", "confirm_n", "startup_grace_s", "escalate_incidents", "retest_failures",
            "step_timeout_s")
-SITE_ONLY = ("escalate_window_s", "breaker_drains", "breaker_window_s", "breaker_fraction", "retest_dcgm_level")
+SITE_ONLY = ("escalate_window_s", "breaker_drains", "breaker_window_s", "breaker_fraction", "retest_dcgm_level",
+             "capture_timeout_s", "capture_max_bytes")
 # What each timing counts: readings, incidents and drains are whole numbers (2.5 of them is a typo
 # that would otherwise compare as a threshold no count meets); the breaker's share is of the fleet.
-COUNTS = ("confirm_k", "confirm_n", "escalate_incidents", "retest_failures", "breaker_drains", "retest_dcgm_level")
+COUNTS = ("confirm_k", "confirm_n", "escalate_incidents", "retest_failures", "breaker_drains", "retest_dcgm_level",
+          "capture_max_bytes")
+# A capture's commands each keep the transport's kill grace (15 s) inside the limit: below this
+# nothing would run, which is what 0 says plainly.
+CAPTURE_MIN_S = 20
 FRACTIONS = ("breaker_fraction",)
 SILENCE_TEXT = ("node", "cause", "owner", "reason")
 
@@ -51,6 +56,11 @@ def _timing(key: str, value, where: str):
         raise PolicyError(f"{where}: a share of the fleet, from 0 to 1, not {value!r}")
     if key == "retest_dcgm_level" and value not in (1, 2, 3, 4):
         raise PolicyError(f"{where}: a dcgmi diag level, 1 to 4, not {value!r}")
+    if key == "capture_timeout_s" and 0 < value < CAPTURE_MIN_S:
+        raise PolicyError(f"{where}: 0 (no capture before a step) or at least {CAPTURE_MIN_S} seconds (each "
+                          f"command keeps 15 s of it for the transport's kill grace), not {value!r}")
+    if key == "capture_max_bytes" and value < 1:
+        raise PolicyError(f"{where}: at least 1 byte (capture_timeout_s: 0 turns the capture off), not {value!r}")
     return value
 
 
@@ -100,7 +110,23 @@ def _cause(data, where: str, checks_known: set[str] | None = None) -> CausePolic
     unknown = [a for a in acceptance if checks_known is not None and a not in checks_known]
     if unknown:
         raise PolicyError(f"{where}.acceptance: no such check: {', '.join(unknown)} (preflight checks)")
-    return CausePolicy(confirm, step, data.get("service"), tuple(acceptance), str(data.get("person") or ""))
+    then = data.get("then") or []
+    if not isinstance(then, list) or not all(isinstance(t, str) for t in then):
+        raise PolicyError(f"{where}.then: a list of steps (reset, restart, reboot) tried in order once an earlier "
+                          "one returned")
+    bad = [t for t in then if t not in STEPS or t == "none"]
+    if bad:
+        raise PolicyError(f"{where}.then: not a step: {', '.join(map(repr, bad))} (reset, restart, reboot)")
+    if step == "none" and then:
+        raise PolicyError(f"{where}.then: a cause whose step is none has no next step")
+    ladder = [step, *then]
+    if len(set(ladder)) != len(ladder):
+        raise PolicyError(f"{where}.then: a step appears twice in {step}, {', '.join(then)} (a returned step is "
+                          "not tried again)")
+    if "restart" in then and not isinstance(data.get("service"), str):
+        raise PolicyError(f"{where}.service: a restart names its service (nvidia-fabricmanager)")
+    return CausePolicy(confirm, step, data.get("service"), tuple(acceptance), str(data.get("person") or ""),
+                       tuple(then))
 
 
 def load(site: Path | None = None, causes_known: set[str] | None = None,

@@ -13,6 +13,7 @@ from preflight.evidence.bundle import BundleError, read_bundle
 from preflight.judge.context import EvidenceMissing, HostContext
 from preflight.knowledge.profiles import GENERIC, load_profiles
 from preflight.printable import printable
+from preflight.store.rows import iso
 
 # Kernel-log events that say what the node is, not what went wrong with it.
 KERNEL_INFO = frozenset({"nvidia-driver-load", "mlx5-fw-version", "nvrm-gpu"})
@@ -97,6 +98,40 @@ def hardware(bundle_dir: Path, node: str) -> dict:
     return out
 
 
+STEP_KINDS = ("reset", "restart", "reboot")
+EVIDENCE_KEYS = ("outcome", "why", "directory", "bytes", "seconds", "source")
+
+
+def remediation(events: list[dict]) -> list[dict]:
+    """Each step the lifecycle took, oldest first, with the evidence kept before it (the
+    ``capture`` event of its time) and its outcomes (``outcome`` events naming its ``step_at``):
+    ``{at, step, reason, evidence, outcomes: [{outcome, at, reading, why}], outcome}``, where
+    ``outcome`` is the latest (None while the retest is due)."""
+    steps: dict[tuple[str, str], dict] = {}
+    for e in events:
+        d = e.get("detail") if isinstance(e.get("detail"), dict) else {}
+        if e.get("kind") in STEP_KINDS:
+            # Its capture comes first, at the same time: the entry may be there already.
+            entry = steps.setdefault((e["at"], e["kind"]), {"at": e["at"], "step": e["kind"], "reason": None,
+                                                            "evidence": None, "outcomes": []})
+            entry["reason"] = e.get("reason")
+        elif e.get("kind") == "capture" and d.get("step") in STEP_KINDS:
+            at = iso(d["step_at"]) if isinstance(d.get("step_at"), (int, float)) else e["at"]
+            entry = steps.setdefault((at, d["step"]), {"at": at, "step": d["step"], "reason": None,
+                                                       "evidence": None, "outcomes": []})
+            entry["evidence"] = {k: d.get(k) for k in EVIDENCE_KEYS}
+        elif e.get("kind") == "outcome" and d.get("step") in STEP_KINDS and isinstance(d.get("step_at"), (int, float)):
+            at = iso(d["step_at"])
+            entry = steps.setdefault((at, d["step"]), {"at": at, "step": d["step"], "reason": None, "evidence": None,
+                                                       "outcomes": []})
+            entry["outcomes"].append({"outcome": d.get("outcome"), "at": e["at"], "reading": d.get("reading"),
+                                      "why": e.get("reason"), "cause": d.get("cause")})
+    out = sorted(steps.values(), key=lambda s: s["at"])
+    for s in out:
+        s["outcome"] = s["outcomes"][-1]["outcome"] if s["outcomes"] else None
+    return out
+
+
 def summary(node: str, state: dict | None, timeline: dict, runs_dirs: dict[str, str | None]) -> dict:
     """``timeline``: ``read.node_history``; ``runs_dirs``: run id -> its report directory."""
     unread: list[str] = []
@@ -114,7 +149,8 @@ def summary(node: str, state: dict | None, timeline: dict, runs_dirs: dict[str, 
             parts = {"missing": [f"the bundle of {latest}: {exc}"]}
     if unread:
         parts = {**parts, "missing": [*parts.get("missing", []), *(f"evidence left out: {u}" for u in unread)]}
-    return {"node": node, "state": state, "incidents": incidents, "events": timeline["events"], "hardware": parts}
+    return {"node": node, "state": state, "incidents": incidents, "steps": remediation(timeline["events"]),
+            "events": timeline["events"], "hardware": parts}
 
 
 def _first_line(text) -> str:
@@ -149,6 +185,18 @@ def markdown(s: dict) -> str:
             lines.append(f"  - {p(f.get('check'))}: {p(f.get('summary'))}")
             for e in f.get("evidence") or ():
                 lines.append(f"    `{p(e.get('probe'))}`: {p(_first_line(e.get('excerpt')))}")
+    steps = s.get("steps") or []
+    lines += ["", f"## Remediation steps ({len(steps)})", ""]
+    for st in steps:
+        said = ", then ".join(f"{p(o['outcome'])}" + (f" ({p(o['reading'])})" if o.get("reading") else "")
+                              for o in st["outcomes"]) or "no outcome yet"
+        lines.append(f"- {p(st['at'])} {p(st['step'])}" + (f" ({p(st['reason'])})" if st.get("reason") else "")
+                     + f": {said}")
+        ev = st.get("evidence")
+        if ev:
+            where = f" in {p(ev['directory'])}" if ev.get("directory") and ev.get("bytes") else ""
+            lines.append(f"  - evidence kept before it: {p(ev['outcome'])}, {p(ev['bytes'])} bytes in "
+                         f"{p(ev['seconds'])} s{where}" + (f": {p(ev['why'])}" if ev.get("why") else ""))
     lines += ["", "## Kernel log", ""] + [f"    {p(line)}" for line in hw.get("kernel_log") or ()]
     lines += ["", "## DCGM error codes", ""] + [f"- {p(d['code'])} (GPU {p(d['gpu'])}): {p(d['text'])}"
                                                  for d in hw.get("dcgm") or ()]

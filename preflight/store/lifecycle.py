@@ -19,8 +19,9 @@ def node_states(store: Store) -> dict[str, dict]:
     return {r[0]: dict(zip(STATE_COLUMNS, r, strict=True)) for r in store.rows(f"SELECT {cols} FROM pf_node_state")}
 
 
-def put_state(store: Store, row: dict, event: dict | None) -> None:
-    """The node's new state and the event that says why, in one transaction: both or neither."""
+def put_state(store: Store, row: dict, event: dict | None, more: tuple[dict, ...] = ()) -> None:
+    """The node's new state and the event that says why (and ``more`` events that come with it:
+    a step's outcome), in one transaction: all or none."""
     values = tuple(row.get(c) for c in STATE_COLUMNS)
     updates = ", ".join(f"{c} = excluded.{c}" for c in STATE_COLUMNS[1:])
 
@@ -28,13 +29,33 @@ def put_state(store: Store, row: dict, event: dict | None) -> None:
         s.execute(f"INSERT INTO pf_node_state ({', '.join(STATE_COLUMNS)}, updated) VALUES "
                   f"({', '.join('?' * len(STATE_COLUMNS))}, ?) ON CONFLICT (node) DO UPDATE SET {updates}, "
                   "updated = excluded.updated", (*values, time.time()))
-        if event:
+        for e in ((event,) if event else ()) + tuple(more):
             s.execute("INSERT INTO pf_events (node, kind, at, actor, reason, run_id, detail) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?)", (row["node"], event["kind"], event.get("at", time.time()),
-                                                      event["actor"], event["reason"], event.get("run_id"),
-                                                      json.dumps(event.get("detail") or {})))
+                      "VALUES (?, ?, ?, ?, ?, ?, ?)", (row["node"], e["kind"], e.get("at", time.time()),
+                                                      e["actor"], e["reason"], e.get("run_id"),
+                                                      json.dumps(e.get("detail") or {})))
 
     store.write(work)
+
+
+OUTCOME = "outcome"  # the event kind of a remediation step's outcome (docs/contracts.md)
+
+
+def outcomes(store: Store, since: float) -> dict[str, list[dict]]:
+    """node -> its steps' outcomes since ``since``, oldest first: ``{at, cause, step, outcome,
+    step_at, reading, why}``. An event whose detail is not an outcome's (edited by hand) is left out."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for node, at, reason, detail in store.rows("SELECT node, at, reason, detail FROM pf_events WHERE kind = ? "
+                                               "AND at >= ? ORDER BY at, id", (OUTCOME, since)):
+        try:
+            d = json.loads(detail)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and all(isinstance(d.get(k), str) for k in ("cause", "step", "outcome")) \
+                and isinstance(d.get("step_at"), (int, float)):
+            out[node].append({"at": at, "cause": d["cause"], "step": d["step"], "outcome": d["outcome"],
+                              "step_at": float(d["step_at"]), "reading": d.get("reading"), "why": reason})
+    return out
 
 
 def take_lock(store: Store, name: str, holder: str, ttl_s: float, now: float | None = None) -> bool:

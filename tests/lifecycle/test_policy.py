@@ -21,6 +21,9 @@ def test_the_shipped_policy_names_only_known_causes_and_sources_its_steps():
     assert policy.of("thermal-throttling").confirm == "again" and policy.of("thermal-throttling").step == "none"
     assert policy.of("no-such-cause") == policy.default and policy.default.confirm == "again"
     assert timings["escalate_window_s"] == 7 * 86400 and policy.escalate_incidents == 3
+    assert policy.of("nvlink-errors").ladder() == ("reset", "reboot")  # WORKFLOW_NVLINK_ERR: reset, or reboot
+    assert policy.of("thermal-throttling").ladder() == ()
+    assert (timings["capture_timeout_s"], timings["capture_max_bytes"]) == (300, 128 << 20)
 
 
 def test_a_site_file_overrides_and_silences(tmp_path):
@@ -44,6 +47,24 @@ def test_a_site_file_overrides_and_silences(tmp_path):
     ("format: preflight-lifecycle/1\ncauses: {gpu-ecc-uncorrectable: {step: pray}}\n", ".step: one of reset"),
     ("format: preflight-lifecycle/1\ncauses: {fabric-manager-down: {step: restart}}\n", "a restart names its service"),
     ("format: preflight-lifecycle/1\ncauses: {gpu-on-fire: {}}\n", "causes.gpu-on-fire: no such cause"),
+    ("format: preflight-lifecycle/1\ntimings: {capture_timeout_s: 5}\n",
+     "timings.capture_timeout_s: 0 (no capture before a step) or at least 20 seconds"),
+    ("format: preflight-lifecycle/1\ntimings: {capture_timeout_s: .nan}\n", "timings.capture_timeout_s: a number >= 0"),
+    ("format: preflight-lifecycle/1\ntimings: {capture_max_bytes: 1.5}\n",
+     "timings.capture_max_bytes: a whole number"),
+    ("format: preflight-lifecycle/1\ntimings: {capture_max_bytes: 0}\n", "timings.capture_max_bytes: at least 1 byte"),
+    ("format: preflight-lifecycle/1\ncauses: {nvlink-errors: {step: reset, then: reboot}}\n",
+     "causes.nvlink-errors.then: a list of steps"),
+    ("format: preflight-lifecycle/1\ncauses: {nvlink-errors: {step: reset, then: [pray]}}\n",
+     "causes.nvlink-errors.then: not a step: 'pray'"),
+    ("format: preflight-lifecycle/1\ncauses: {nvlink-errors: {step: reset, then: [none]}}\n",
+     "causes.nvlink-errors.then: not a step: 'none'"),
+    ("format: preflight-lifecycle/1\ncauses: {nvlink-errors: {step: reset, then: [reboot, reset]}}\n",
+     "causes.nvlink-errors.then: a step appears twice"),
+    ("format: preflight-lifecycle/1\ncauses: {nvlink-errors: {step: none, then: [reboot]}}\n",
+     "causes.nvlink-errors.then: a cause whose step is none has no next step"),
+    ("format: preflight-lifecycle/1\ncauses: {nvlink-errors: {step: reset, then: [restart]}}\n",
+     "causes.nvlink-errors.service: a restart names its service"),
     ("format: preflight-lifecycle/1\ntimings: {confirm_delay: 5}\n", "timings.confirm_delay: unknown"),
     ("format: preflight-lifecycle/1\ntimings: {confirm_k: -1}\n", "timings.confirm_k: a number >= 0"),
     ("format: preflight-lifecycle/1\nsilences: [{node: n1, cause: x, owner: bob}]\n",

@@ -8,8 +8,14 @@ import json
 import shutil
 from pathlib import Path
 
+from test_controller import ECC, OURS, Hands, at, record
+
 from preflight.app import cli
+from preflight.collect.local import LocalNode
+from preflight.lifecycle import capture, controller, effects
+from preflight.lifecycle.policy import load
 from preflight.parse.nvidia_smi import parse_smi_text, parse_smi_xml
+from preflight.store import Store, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "h200-fleet"
@@ -72,3 +78,41 @@ def test_the_board_part_number_is_read_from_both_forms():
     assert text.gpus[0].board_part_number == "692-2G520-0282-001"
     h100 = parse_smi_text((CORPUS / "smi-q" / "h100-80gb-hbm3-drv590-under-load.txt").read_text())
     assert h100.gpus[0].board_part_number == "692-2G520-0200-000"
+
+
+def test_the_rma_summary_lists_each_step_its_evidence_and_its_outcomes(tmp_path, capsys):
+    """A reset the retest cleared, its evidence kept first, and the cause's return a day later:
+    the summary lists the reset once, with the capture of this machine (a real node without a GPU:
+    no nvidia-bug-report.sh, so the fallback set) and its outcomes, cleared then returned."""
+    policy, timings = load()
+    db = f"sqlite:///{tmp_path}/s.sqlite"
+    with Store.open(parse(db)) as store:
+        record(store, "r1", 1.0, {"n1": ECC})
+        hands = Hands(store, [1.03], {})
+        local = effects.SlurmEffects({"n1": LocalNode("n1")}, evidence=tmp_path / "out",
+                                     limits=capture.Limits(60, 1 << 20))
+        hands.capture = local.capture
+        idle = effects.Scheduler(busy=False, drained=False, reason=None, ours=False)
+        controller.run_pass(store, policy, timings, at(1.001), hands, "test", scheduler={"n1": idle})
+        p = controller.run_pass(store, policy, timings, at(1.02), hands, "test", scheduler={"n1": OURS})
+        [cap] = [c for o in p.outcomes for c in o.captures]
+        record(store, "r2", 2.0, {"n1": ECC})
+        controller.run_pass(store, policy, timings, at(2.001), hands, "test", scheduler={"n1": idle})
+    assert cap["step"] == "reset" and cap["source"] == "fallback" and cap["step_at"] == at(1.02)
+    assert cap["outcome"] in ("complete", "partial", "failed") and Path(cap["directory"]).is_dir()
+    assert json.loads((Path(cap["directory"]) / "capture.json").read_text())["parts"][0]["argv"][0] == \
+        "nvidia-bug-report.sh"
+    code, out, _ = run(capsys, "lifecycle", "n1", "--rma", "--since", "3650d", "--json", "--db", db)
+    s = json.loads(out)
+    [step] = s["steps"]
+    assert code == 0 and step["step"] == "reset" and step["outcome"] == "returned"
+    # The step's own event (its capture comes first, at the same time) gives its reason.
+    assert step["reason"] == "preflight: remediating gpu-ecc-uncorrectable r1: reset"
+    assert [(o["outcome"], o["reading"]) for o in step["outcomes"]] == [("cleared", hands.calls[2].detail["run"]),
+                                                                       ("returned", "r2")]
+    assert step["evidence"] == {k: cap[k] for k in ("outcome", "why", "directory", "bytes", "seconds", "source")}
+    code, out, _ = run(capsys, "lifecycle", "n1", "--rma", "--since", "3650d", "--db", db)
+    assert "## Remediation steps (1)" in out
+    line = out.split("## Remediation steps (1)\n\n")[1].splitlines()
+    assert line[0].endswith(f": cleared ({hands.calls[2].detail['run']}), then returned (r2)")
+    assert line[1].startswith(f"  - evidence kept before it: {cap['outcome']}, {cap['bytes']} bytes in ")

@@ -48,9 +48,18 @@ def hostile_store(store_url, tmp_path) -> str:
                 report_dir.mkdir()
                 (report_dir / "report.json").write_text(json.dumps(report))
             store.record(rows_of(report, started_fallback=0.0, command="test", report_dir=str(report_dir)))
+        # A step the lifecycle took, its capture and its outcome, each holding the hostile text.
+        at = time.time() - 1800
         kept.put_state(store, {"node": NODE, "state": "drained", "since": time.time() - 3600,
                                "cause": "gpu-fallen-off-bus", "run_id": "r4", "step": None, "requested": None,
-                               "retest_failures": 0}, None)
+                               "retest_failures": 0}, None, (
+            {"kind": "capture", "actor": "t", "at": at, "reason": NODE,
+             "detail": {"step": "reboot", "outcome": "failed", "why": NODE, "directory": NODE, "bytes": 0,
+                        "seconds": 1.0, "source": "", "step_at": at}},
+            {"kind": "reboot", "actor": "t", "at": at, "reason": f"preflight: remediating {NODE}"},
+            {"kind": "outcome", "actor": "t", "at": at + 60, "reason": NODE, "run_id": NODE,
+             "detail": {"cause": "gpu-fallen-off-bus", "step": "reboot", "outcome": "ambiguous", "step_at": at,
+                        "reading": NODE}}))
     return store_url
 
 
@@ -64,7 +73,8 @@ def test_history_prints_a_hostile_node_name_escaped_and_json_keeps_it(hostile_st
     assert code == 0
     _clean(out)
     lines = out.splitlines()
-    assert lines[0].startswith(f"{SHOWN}: 5 run(s)") and len(lines) == 6  # the heading and one line per run
+    # The heading, one line per run and one per event (a step, its capture, its outcome).
+    assert lines[0].startswith(f"{SHOWN}: 5 run(s)") and len(lines) == 1 + 5 + 3
     code, out, _ = run(capsys, "history", NODE, "--since", "3650d", "--json", "--db", hostile_store)
     assert code == 0 and json.loads(out)["node"] == NODE
 
@@ -85,8 +95,10 @@ def test_the_rma_summary_keeps_its_headings_and_names_evidence_it_could_not_read
     assert code == 0, err
     _clean(out)
     headings = [line for line in out.splitlines() if line.startswith("#")]
-    assert headings == [f"# RMA summary: {SHOWN}", "## GPUs", "## NICs", "## Incidents (3)", "## Kernel log",
-                        "## DCGM error codes", "## Not in the evidence"]
+    assert headings == [f"# RMA summary: {SHOWN}", "## GPUs", "## NICs", "## Incidents (3)",
+                        "## Remediation steps (1)", "## Kernel log", "## DCGM error codes", "## Not in the evidence"]
+    assert f" reboot (preflight: remediating {SHOWN}): ambiguous ({SHOWN})\n" in out
+    assert f"  - evidence kept before it: failed, 0 bytes in 1.0 s: {SHOWN}\n" in out
     report = tmp_path / "r4" / "report.json"
     assert f"- evidence left out: {report}: findings[0].evidence[0]: a {{probe, excerpt}} record expected, not str" in out
     assert f"- evidence left out: {report}: findings[1].evidence: a list of {{probe, excerpt}} records expected" in out
