@@ -9,8 +9,9 @@ by what the lifecycle did and saw (its ``transition`` events, its steps ``reset`
 ``reboot``), until a ``resume`` or a person's ``lifecycle NODE --clear`` ends it.
 
 One small function per definition (``escalated``, ``retest_failed``, ``step_taken``,
-``returned``) so that a finer record of a step's outcome (cleared, returned, ambiguous: issue
-35's part 4) changes one of them, not the rest.
+``returned``). Where the lifecycle typed its steps' outcomes (an ``outcome`` event: cleared,
+returned, ambiguous; docs/lifecycle.md "Remediation outcomes"), those say what a step came to;
+a store written before they existed is read from the transitions, as it was.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from typing import NamedTuple
 DRAIN_KINDS = ("drain", "for-a-person:drain")
 RESUME_KINDS = ("resume", "for-a-person:resume")
 STEP_KINDS = ("reset", "restart", "reboot")  # the lifecycle records one only once it was carried out
+OUTCOME_KIND = "outcome"  # a step's typed outcome, detail {cause, step, outcome, step_at, reading}
+# An escalation for a person to decide (an ambiguous outcome) asks no RMA: it confirms nothing.
+# lifecycle.machine words its reasons so ("...: a person decides"); the judge layer reads text.
+_FOR_A_PERSON = "a person decides"
 # The reason a person's `preflight lifecycle NODE --clear` records (app/lifecycle_cli.py writes it).
 CLEARED = "-> healthy: cleared by a person"
 RETURNS_WITHIN_S = 7 * 86400.0
@@ -124,10 +129,16 @@ def drains(node: str, events: Sequence[Event], open_before: bool = False) -> lis
 
 # ---- the definitions, one each ------------------------------------------------------------------
 
+def step_outcomes(d: Drain) -> tuple[str, ...]:
+    """The typed outcomes of the drain's steps, in order (empty in a store from before them)."""
+    return tuple(str((e.detail or {}).get("outcome")) for e in d.events if e.kind == OUTCOME_KIND)
+
+
 def escalated(d: Drain) -> bool:
-    """The lifecycle escalated the node (an RMA reason) while it was drained, or drained it
-    escalated: the cause's k-th incident in its window, or a retest failed twice."""
-    return any(_is_escalation(e) for e in d.events)
+    """The lifecycle escalated the node for an RMA while it was drained, or drained it escalated:
+    the cause's k-th incident in its window, or its retests failing ``retest_failures`` times. An
+    escalation for a person to decide (an ambiguous outcome) is no confirmation."""
+    return any(_is_escalation(e) and _FOR_A_PERSON not in e.reason for e in d.events)
 
 
 def retest_failed(d: Drain) -> bool:
@@ -135,11 +146,15 @@ def retest_failed(d: Drain) -> bool:
     retesting (a failed retest, or none within step_timeout_s, which the lifecycle counts as
     failed), or a drain event for another run came while it was drained (a healthcheck that read
     it failing again). A second drain for the same run is the same reading acted on twice (a
-    healthcheck's drain, then the lifecycle's pass over that healthcheck's run): no new evidence."""
+    healthcheck's drain, then the lifecycle's pass over that healthcheck's run): no new evidence.
+    Where the steps' outcomes are typed, they say what a retest came to instead of the
+    transitions: its failure with the cause is a ``returned`` (``returned``, below), one that
+    could not tell an ``ambiguous``, which confirms nothing."""
+    typed = bool(step_outcomes(d))
     seen = {d.events[0].run_id}
     for e in d.events[1:]:
         info = e.detail or {}
-        if e.kind == "transition" and info.get("from") in ("remediating", "retesting") \
+        if not typed and e.kind == "transition" and info.get("from") in ("remediating", "retesting") \
                 and info.get("to") in ("drained", "escalated"):
             return True
         if e.kind in DRAIN_KINDS and not _is_escalation(e):
@@ -150,15 +165,22 @@ def retest_failed(d: Drain) -> bool:
 
 
 def step_taken(d: Drain) -> bool:
-    """A remediation step (reset, restart, reboot) was carried out before the node came back, and
-    the node passed after it (it was resumed). Any step counts as needed: the store does not
-    tell a step that fixed a fault from one taken on a sound node; a typed step outcome would."""
-    return d.ended_by == "resume" and any(e.kind in STEP_KINDS for e in d.events)
+    """A remediation step (reset, restart, reboot) was needed and the node passed after it (it was
+    resumed): its typed outcome is ``cleared``, or, in a store from before typed outcomes, a step
+    was carried out at all (that store cannot tell a step that fixed a fault from one taken on a
+    sound node)."""
+    if d.ended_by != "resume":
+        return False
+    typed = step_outcomes(d)
+    return "cleared" in typed if typed else any(e.kind in STEP_KINDS for e in d.events)
 
 
 def returned(d: Drain, seen_again: float | None, within_s: float) -> bool:
-    """The cause came back on the node within ``within_s`` of its resume: ``seen_again`` is the
-    first time after the resume that a reading diagnosed it or preflight drained the node for it."""
+    """The cause came back: the lifecycle typed a step's outcome ``returned`` (confirmed again at
+    its retest, or within the window after it cleared), or, after the resume, within ``within_s``
+    a reading diagnosed it or preflight drained the node for it (``seen_again``, the first such time)."""
+    if "returned" in step_outcomes(d):
+        return True
     return d.ended_at is not None and seen_again is not None and d.ended_at < seen_again <= d.ended_at + within_s
 
 

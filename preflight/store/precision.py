@@ -16,7 +16,7 @@ from preflight.store.location import POSTGRES
 from preflight.store.seek import _chunks, _rows
 
 # The events a drain's outcome is read from; the rest (confirm, retest, refused) say nothing of it.
-KINDS = (*defs.DRAIN_KINDS, *defs.RESUME_KINDS, *defs.STEP_KINDS)
+KINDS = (*defs.DRAIN_KINDS, *defs.RESUME_KINDS, *defs.STEP_KINDS, defs.OUTCOME_KIND)
 # ... and of the lifecycle's transitions, those into drained or escalated (a failed retest, an
 # escalation) and a person's clear: the lifecycle writes each transition's reason as
 # "-> STATE: why" (lifecycle.machine), so the others (into remediating, retesting, resumed,
@@ -35,7 +35,8 @@ def events(store: Store, since: float, until: float) -> dict[str, list[Event]]:
             store, f"SELECT node, at, kind, reason, run_id, detail FROM pf_events WHERE at >= ? AND at <= ? "
                    f"AND (kind IN ({marks}) OR (kind = 'transition' AND ({moves}))) ORDER BY node, at, id",
             (since, until, *KINDS, *TRANSITIONS)):
-        out[node].append(Event(at, kind, reason, run_id, _detail(detail) if kind == "transition" else None))
+        decoded = _detail(detail) if kind in ("transition", defs.OUTCOME_KIND) else None
+        out[node].append(Event(at, kind, reason, run_id, decoded))
     return out
 
 

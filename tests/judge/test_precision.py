@@ -66,6 +66,28 @@ CLEARED_BY_PERSON = [drain(0), Event(D, "transition", f"{CLEARED}: GPU replaced"
 NO_SCHEDULER = [t("healthy", "drained", 0), drain(0, kind="for-a-person:drain")]
 
 
+# Typed step outcomes (the lifecycle's `outcome` events, docs/lifecycle.md "Remediation outcomes").
+def typed(at: float, what: str, step_kind: str = "reset") -> Event:
+    return Event(at, "outcome", f"{step_kind} {what}", "r3",
+                 {"cause": "gpu-ecc-uncorrectable", "step": step_kind, "outcome": what, "step_at": H, "reading": "r3"})
+
+
+PERSON = "a person decides"
+TYPED_CLEARED = [*LIFECYCLE_RESET[:-2], typed(2 * H, "cleared"), *LIFECYCLE_RESET[-2:]]
+# The retest failed with its cause: the reset's outcome is `returned`, and with no step left a person decides.
+TYPED_RETURNED = [*RETEST_FAILED[:-1], typed(2 * H, "returned"),
+                  t("retesting", "escalated", 2 * H, f"reset returned within the window, no step left: {PERSON}"),
+                  drain(2 * H, f"preflight: escalated gpu-ecc-uncorrectable r1: reset returned: {PERSON} (preflight "
+                               "lifecycle NODE --clear)")]
+# The reboot was never seen done: nothing says whether it worked; a person decides, no RMA.
+TYPED_AMBIGUOUS = [drain(0), t("drained", "remediating", H), step(H, "reboot"), typed(H + 1800, "ambiguous", "reboot"),
+                   t("remediating", "escalated", H + 1800, f"the reboot was not seen done within 1800 s: {PERSON}"),
+                   drain(H + 1800, f"preflight: escalated gpu-ecc-uncorrectable r1: the reboot was not seen done: "
+                                   f"{PERSON} (preflight lifecycle NODE --clear)")]
+TYPED_AMBIGUOUS_CLEARED = [*TYPED_AMBIGUOUS, Event(D, "transition", f"{CLEARED}: reseated", None,
+                                                   {"from": "escalated", "to": "healthy"})]
+
+
 def one(events: list[Event]) -> Drain:
     [d] = drains("n1", events)
     return d
@@ -94,6 +116,10 @@ def test_the_cause_a_drain_reason_names(reason, cause):
     (SAME_READING_TWICE, False, False, False),
     (CLEARED_BY_PERSON, False, False, False),
     (NO_SCHEDULER, False, False, False),
+    (TYPED_CLEARED, False, False, True),
+    (TYPED_RETURNED, False, False, False),  # typed: the outcome says it (returned), not the transition
+    (TYPED_AMBIGUOUS, False, False, False),  # an escalation for a person is no confirmation
+    (TYPED_AMBIGUOUS_CLEARED, False, False, False),
 ])
 def test_each_definition_on_the_shapes_the_commands_record(events, esc, failed, stepped):
     d = one(events)
@@ -115,6 +141,10 @@ def test_each_definition_on_the_shapes_the_commands_record(events, esc, failed, 
     (CLEARED_BY_PERSON, None, 30 * D, ("cleared", None)),
     (NO_SCHEDULER, None, 30 * D, ("open", None)),
     (HEALTHCHECK[:1], None, 30 * D, ("open", None)),
+    (TYPED_CLEARED, None, 30 * D, ("confirmed", "step")),
+    (TYPED_RETURNED, None, 30 * D, ("confirmed", "returned")),
+    (TYPED_AMBIGUOUS, None, 30 * D, ("open", None)),  # neither right nor wrong until a person decides
+    (TYPED_AMBIGUOUS_CLEARED, None, 30 * D, ("cleared", None)),
 ])
 def test_what_a_drain_turned_out_to_be(events, seen_again, latest, expected):
     o = outcome(one(events), seen_again, latest)

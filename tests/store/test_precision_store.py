@@ -103,7 +103,8 @@ def build(url: str) -> None:
                             scheduler={"a1": IDLE, "a2": IDLE})
         controller.run_pass(store, POLICY, TIMINGS, day(1.02), Hands(store, [1.03], {}), "test", nodes=["a1"],
                             scheduler={"a1": OURS})
-        # a2: its retest fails twice: escalated.
+        # a2: its retest fails with its cause: the reset's outcome is `returned`, and with no step left
+        # a person decides (the second pass finds it escalated already).
         hands = Hands(store, [1.03, 1.05], ECC)
         for d in (1.02, 1.04):
             controller.run_pass(store, POLICY, TIMINGS, day(d), hands, "test", nodes=["a2"], scheduler={"a2": OURS})
@@ -163,10 +164,11 @@ def test_each_drain_made_by_real_code_is_judged_by_the_definitions(built):
     by = {c["cause"]: c for c in p["causes"]}
     assert set(by) == {"gpu-ecc-uncorrectable", "thermal-throttling", "nvlink-down"}
     ecc, thermal, nvlink = by["gpu-ecc-uncorrectable"], by["thermal-throttling"], by["nvlink-down"]
-    # a1 after its reset, a2 escalated; h6 drained twice on one reading, resumed with no step: unconfirmed.
+    # a1 cleared by its reset, a2's reset returned; h6 drained twice on one reading, resumed with no
+    # step: unconfirmed.
     assert (ecc["drains"], ecc["confirmed"], ecc["unconfirmed"]) == (3, 2, 1)
-    assert (ecc["confirmed_by"]["step"], ecc["confirmed_by"]["escalated"], ecc["confirmed_by"]["retest_failed"]) == (
-        1, 1, 0)
+    assert {k: ecc["confirmed_by"][k] for k in ("step", "escalated", "retest_failed", "returned")} == {
+        "step": 1, "escalated": 0, "retest_failed": 0, "returned": 1}
     assert ecc["to_drain"]["n"] == 3 and ecc["to_drain"]["p50_s"] == pytest.approx(0.001 * 86400, abs=1)
     assert ecc["to_resume"]["n"] == 2 and ecc["to_resume"]["p50_s"] == pytest.approx(0.019 * 86400, abs=1)
     # c1: drained for a person (no scheduler), then cleared by one.
@@ -214,7 +216,7 @@ def test_a_shorter_look_ahead_on_the_command_line(built, capsys):
     assert main(["history", "--fleet", "--since", "30d", "--db", built]) == 0
     text = capsys.readouterr().out
     assert "precision of the drains (unconfirmed: resumed with no step and the cause away 7 d):" in text
-    assert "10 drain(s): 5 confirmed (1 escalated, 1 retest failed, 1 after a step, 2 returned), 2 unconfirmed" in text
+    assert "10 drain(s): 5 confirmed (0 escalated, 1 retest failed, 1 after a step, 3 returned), 2 unconfirmed" in text
     assert "cause nvlink-down: 6 drain(s)" in text
 
 
@@ -270,7 +272,7 @@ def test_the_fleet_page_has_the_precision_table(page):
                             "precision"]
     fleet_row = cells[1]
     assert fleet_row[:3] == ["<b>fleet</b>", "10", "5"]
-    assert fleet_row[3] == '<span class="muted">1 escalated, 1 retest failed, 1 after a step, 2 returned</span>'
+    assert fleet_row[3] == '<span class="muted">1 retest failed, 1 after a step, 3 returned</span>'
     assert fleet_row[4:9] == ["2", "1", "1", "1", "71.4%"]
     nvlink = next(c for c in cells[2:] if c[0] == "<code>nvlink-down</code>")
     assert nvlink[1] == "6" and nvlink[8] == "75.0%" and nvlink[9] == "60 s" and nvlink[10] == "2.4 h"
