@@ -13,10 +13,14 @@ def persistence_mode(host):
     off = [g for g in known if not g.persistence_mode]
     if off:
         names = ", ".join(_gpu_label(g) for g in off)
-        return warn(f"persistence mode off on {len(off)} of {len(known)} GPUs ({names})",
+        return warn(f"persistence mode off on {len(off)} of {_gpus(len(known))} ({names})",
                     symptoms=["persistence-mode-off"],
                     evidence=[host.excerpt(host.smi_probe, r"Persistence Mode|persistence_mode")])
-    return ok(f"persistence mode on, {len(known)} GPUs")
+    return ok(f"persistence mode on, {_gpus(len(known))}")
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"  # "1 GPUs" read on the lent one-GPU H200
 
 
 def _gpu_label(gpu):
