@@ -14,6 +14,7 @@ import argparse
 import difflib
 
 from preflight.contracts import EXIT_USAGE
+from preflight.store.location import mask_in
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -35,6 +36,9 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
+        # argparse quotes the words it refused: a store URL among them (``--d=postgresql://u:pw@h``,
+        # an abbreviation no longer taken for --db) must not print its password.
+        message = " ".join(mask_in(word) for word in message.split(" "))
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
 
     def parse_args(self, args=None, namespace=None):
