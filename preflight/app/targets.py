@@ -74,7 +74,14 @@ def unwritable_dir(path: Path) -> str | None:
     created: list[Path] = []
     try:
         for folder in reversed(missing):
-            folder.mkdir()
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                # Made between the look and the mkdir by another run sharing this --out (srun
+                # tasks of per-node runs, started together): theirs, so left to them.
+                if folder.is_dir():
+                    continue
+                raise
             created.append(folder)
     except OSError as exc:
         return f"cannot create {path}: {exc.strerror or exc}"

@@ -126,6 +126,23 @@ def test_out_checked_for_real_leaves_no_folder_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_out_made_by_another_run_between_the_look_and_the_mkdir_is_fine(tmp_path, monkeypatch):
+    """srun tasks of per-node runs share one --out and start together: one makes the folder while
+    another checks it (seen under load in tests/e2e/test_e2e_slurm.py's merge test as "--out:
+    cannot create .../shared: File exists", exit 2 on that node)."""
+    shared = tmp_path / "shared"
+    real_mkdir = Path.mkdir
+
+    def raced(self, *args, **kwargs):
+        if self == shared:
+            real_mkdir(self)  # the other task's, just before ours
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", raced)
+    assert targets.unwritable_dir(shared) is None
+    assert shared.is_dir()  # theirs: not taken away
+
+
 def test_a_prometheus_path_that_is_a_directory_is_refused_before_the_run(capsys, tmp_path):
     folder = tmp_path / "textfile"
     folder.mkdir()
