@@ -59,6 +59,11 @@ _FABRIC_FILES = {"test_e2e_collective_mpi.py", "test_e2e_fabric.py", "test_e2e_f
                  "test_netfaults.py", "test_e2e_slurm_collective_mpi.py"}
 
 
+# First among the hooks: xdist's worker reads each item's xdist_group mark in its own
+# pytest_collection_modifyitems (to name its group in the node id), and, registered after this
+# conftest, it would otherwise run before the marks exist: every daemon test then went to any
+# worker, a module's cluster fixture was built on both, and a module's tests could see two clusters.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in _VLLM_FILES:
