@@ -44,19 +44,32 @@ def _why_no_simcluster() -> str | None:
     return None
 
 
-# Under pytest-xdist (the README's test command: -n auto --dist loadgroup) the tests that run
-# daemons (marked root: sshd, slurmd, PostgreSQL beside them) share one worker, in order (the
-# fabric's apart, below): no two simulated clusters compete for a two-core machine's cores, where a
-# starved slurmd would make a timing flaky. Everything else spreads over the others. The real vLLM servers (marked vllm) run
-# after, on their own: vLLM's CPU engine spins a thread on every core, and beside anything else
-# its generation stalls (CI saw 0 tokens/s for 20 s while the other worker ran unit tests).
+# Under pytest-xdist (the README's test command: -n 3 --dist loadgroup) the tests that run
+# daemons (marked root: sshd, slurmd, PostgreSQL beside them) are three groups, each on a worker
+# of its own and in order within it, so that two clusters of one group never compete (a starved
+# slurmd would make a timing flaky) and a module's cluster fixture is built once: the fabric's
+# (real iperf3 and mpirun between simulated hosts: they judge bandwidth relative to their own
+# fleet, 10x shaping, a 0.2 ratio, which another group's load does not move), the real Slurm
+# cluster's (tests/slurmcluster.py), and the rest (sshd in network namespaces). Their time is
+# mostly waiting on daemons, timeouts and polls, so three groups on a two-core machine overlap
+# their waits; one worker for all daemons made it the parallel part's longest path. Everything
+# else spreads over the workers. The real vLLM servers (marked vllm) run after, on their own:
+# vLLM's CPU engine spins a thread on every core, and beside anything else its generation stalls
+# (CI saw 0 tokens/s for 20 s while the other worker ran unit tests).
 _VLLM_FILES = {"test_vllm_cpu.py", "test_soak_vllm_e2e.py"}
-# The fabric's tests (real iperf3 and mpirun between simulated hosts) are a second daemon group on
-# a worker of their own: they judge bandwidth relative to their own fleet (10x shaping, a 0.2
-# ratio), which the other group's load does not move, and alone they are a third of the daemons'
-# time, which one worker serially made the parallel part's longest path.
 _FABRIC_FILES = {"test_e2e_collective_mpi.py", "test_e2e_fabric.py", "test_e2e_fabric_perftest.py",
                  "test_netfaults.py", "test_e2e_slurm_collective_mpi.py"}
+
+
+@cache
+def _uses_slurm(path: Path) -> bool:
+    return "slurmcluster" in path.read_text(errors="replace")
+
+
+def _group(path: Path) -> str:
+    if path.name in _FABRIC_FILES:
+        return "fabric"
+    return "slurm" if _uses_slurm(path) else "heavy"
 
 
 # First among the hooks: xdist's worker reads each item's xdist_group mark in its own
@@ -69,7 +82,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.path.name in _VLLM_FILES:
             item.add_marker(pytest.mark.vllm)
         if item.get_closest_marker("root") is not None:
-            item.add_marker(pytest.mark.xdist_group("fabric" if item.path.name in _FABRIC_FILES else "heavy"))
+            item.add_marker(pytest.mark.xdist_group(_group(item.path)))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -129,7 +129,7 @@ def test_out_checked_for_real_leaves_no_folder_behind(tmp_path):
 def test_out_made_by_another_run_between_the_look_and_the_mkdir_is_fine(tmp_path, monkeypatch):
     """srun tasks of per-node runs share one --out and start together: one makes the folder while
     another checks it (seen under load in tests/e2e/test_e2e_slurm.py's merge test as "--out:
-    cannot create .../shared: File exists", exit 2 on that node)."""
+    cannot create DIR/shared: File exists", exit 2 on that node)."""
     shared = tmp_path / "shared"
     real_mkdir = Path.mkdir
 
