@@ -165,14 +165,18 @@ def _events(db: str) -> list[str]:
                                          "AND kind != 'sweep-submitted' ORDER BY at")]
 
 
-def cmd_preempt(args) -> None:
-    names = [f"gpu{i:02d}" for i in range(1, args.nodes + 1)]
-    os.environ["PYTHONPATH"] = str(ROOT)
-    pg, stop = _store()
-    try:
-        _preempt(args, names, pg)
-    finally:
-        stop(pg)
+def on_cluster(measure, name_width: int):
+    """A command that runs ``measure(args, node names, PostgreSQL)`` with the bench's own store,
+    preflight importable on the simulated nodes."""
+    def command(args) -> None:
+        names = [f"gpu{i:0{name_width}d}" for i in range(1, args.nodes + 1)]
+        os.environ["PYTHONPATH"] = str(ROOT)
+        pg, stop = _store()
+        try:
+            measure(args, names, pg)
+        finally:
+            stop(pg)
+    return command
 
 
 def _checking(run_id: str) -> bool:
@@ -220,14 +224,6 @@ def _sdiag(slurm) -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(\S+)\s+\(\s*\d+\)\s+count:(\d+)", part, re.M)}
 
 
-def cmd_pass(args) -> None:
-    names = [f"gpu{i:03d}" for i in range(1, args.nodes + 1)]
-    os.environ["PYTHONPATH"] = str(ROOT)
-    pg, stop = _store()
-    try:
-        _one(args, names, pg)
-    finally:
-        stop(pg)
 
 
 def _one(args, names, pg) -> None:
@@ -264,7 +260,7 @@ def main() -> None:
     args = ap.parse_args()
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"# {platform.node()} {platform.platform()} {os.cpu_count()} CPUs, {when}")
-    {"load": cmd_load, "preempt": cmd_preempt, "pass": cmd_pass}[args.what](args)
+    {"load": cmd_load, "preempt": on_cluster(_preempt, 2), "pass": on_cluster(_one, 3)}[args.what](args)
 
 
 if __name__ == "__main__":

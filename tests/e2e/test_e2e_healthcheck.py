@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from nodes import healthy_h200, nvlink_inactive
 from slurmcluster import shipped_wrapper, slurm_fleet
+from waiting import wait_for
 
 from preflight.app.cli import main
 
@@ -70,21 +71,12 @@ def reason(cluster, node: str) -> str:
     return line.partition(" Reason=")[2].strip()
 
 
-def wait_for(what, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if what():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout} s: {what.__doc__}")
-
-
 def test_a_faulty_node_drains_itself_and_is_resumed_once_fixed_and_another_drain_is_kept(cluster):
     def drained_by_preflight():
         """gpu01 drained by preflight"""
         return cluster.states()["gpu01"] == "drained" and reason(cluster, "gpu01").startswith("preflight: ")
 
-    wait_for(drained_by_preflight)
+    wait_for(drained_by_preflight, 90)
     said = reason(cluster, "gpu01")
     assert said.startswith("preflight: nvlink-down healthcheck-")
     # The node keeps its report: the run named in the reason, judged on the node itself.
@@ -104,7 +96,7 @@ def test_a_faulty_node_drains_itself_and_is_resumed_once_fixed_and_another_drain
         """gpu01 resumed"""
         return cluster.states()["gpu01"] == "idle"
 
-    wait_for(resumed)
+    wait_for(resumed, 90)
     # gpu02 is healthy all along, but its drain is someone else's: never resumed by preflight.
     assert cluster.states()["gpu02"] == "drained"
     assert reason(cluster, "gpu02").startswith("someone else: memory test [root@")

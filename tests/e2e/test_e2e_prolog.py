@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from nodes import healthy_h200, port_polling
 from slurmcluster import shipped_wrapper, slurm_fleet
+from waiting import wait_for
 
 pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,15 +35,6 @@ def cluster(tmp_path_factory):
 def job_state(cluster, job: str) -> str:
     line = cluster.slurm("scontrol", "show", "job", "-o", job).stdout
     return re.search(r"JobState=(\S+)", line).group(1)
-
-
-def wait_for(what, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := what():
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout} s: {what.__doc__}")
 
 
 def submit(cluster, node: str) -> str:

@@ -15,7 +15,6 @@ the node, which the simulated nodes lack (its command line is tested in tests/ap
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 from nodes import DCGM_DIAG, gpu_fallen_off_bus, healthy_h200
 from slurmcluster import slurm_fleet
+from waiting import wait_for
 
 from preflight.app.cli import main
 from preflight.app.store_cli import open_store
@@ -53,10 +53,10 @@ def cluster(tmp_path_factory, pg):
     work = tmp_path_factory.mktemp("sweep")
     hosts = [healthy_h200("gpu01"), healthy_h200("gpu02"), gpu_fallen_off_bus(healthy_h200("gpu03")),
              slow_diag(healthy_h200("gpu04"), 90), slow_diag(healthy_h200("gpu05"), 90)]
-    saved = os.environ.get("PYTHONPATH")
-    # What a site has on its nodes: preflight importable by the Python the site file names.
-    os.environ["PYTHONPATH"] = str(ROOT)
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        # What a site has on its nodes: preflight importable by the Python the site file names
+        # (set before the daemons start, so that they and every job inherit it).
+        env.setenv("PYTHONPATH", str(ROOT))
         with slurm_fleet(hosts, work, PREEMPTION) as slurm:
             slurm.work = work
             # PostgreSQL, as a fleet's sweep has it (docs/sweep.md: the nodes record into the store
@@ -69,11 +69,6 @@ def cluster(tmp_path_factory, pg):
                 "checks: [dcgm-diag, nccl-all-reduce, gpu-inventory, xid]\nrun_args: [--nccl-reps=1]\nburn_minutes: 0\n"
                 f"python: {sys.executable}\nout: {work / 'reports'}\n")
             yield slurm
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
 
 
 def sweep_pass(cluster, capsys, *more: str) -> dict:
@@ -93,20 +88,11 @@ def events(cluster, node: str) -> list[tuple[str, str, str]]:
                           "ORDER BY at, id", (node,))
 
 
-def wait_for(what, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := what():
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout} s: {what.__doc__}")
-
-
 def outcome(cluster, node: str, run_id: str):
     def ended():
         """the sweep's outcome in the store"""
         return next(((k, r) for k, r, rid in events(cluster, node) if rid == run_id and k != "sweep-submitted"), None)
-    return wait_for(ended)
+    return wait_for(ended, 120)
 
 
 def wait_checking(run_id: str) -> None:
@@ -209,7 +195,7 @@ def test_a_sweep_whose_job_dies_without_a_word_is_settled_by_the_next_pass(clust
     try:
         first = sweep_pass(cluster, capsys)
         [job] = [s["job"] for s in first["submitted"] if s["node"] == "gpu05"]
-        wait_for(lambda: re.search(r"JobState=(FAILED|COMPLETED)", job_line(cluster, job)))
+        wait_for(lambda: re.search(r"JobState=(FAILED|COMPLETED)", job_line(cluster, job)), 120)
         state = re.search(r"JobState=(\S+)", job_line(cluster, job)).group(1)
         second = sweep_pass(cluster, capsys)
         assert second["settled"] == [{"node": "gpu05", "run_id": first["submitted"][0]["run_id"],
