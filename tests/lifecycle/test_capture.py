@@ -62,9 +62,18 @@ def fleet(tmp_path_factory):
         yield cluster
 
 
-def node(cluster, name: str) -> SshNode:
+def node(cluster, name: str, connect_timeout_s: float = 5) -> SshNode:
     return SshNode(Host(name), SshOptions(ssh_config=cluster.ssh_config, known_hosts=cluster.known_hosts,
-                                          identity=cluster.identity, connect_timeout_s=5))
+                                          identity=cluster.identity, connect_timeout_s=connect_timeout_s))
+
+
+def collected(cluster, name: str, step: str, directory: Path, limits: capture.Limits) -> capture.Capture:
+    """The lifecycle's capture of ``name`` before ``step``, over a connection of its own."""
+    n = node(cluster, name)
+    try:
+        return capture.collect(n, step, directory, limits)
+    finally:
+        n.close()
 
 
 def test_the_bug_report_is_kept_where_the_node_has_the_script(fleet, tmp_path):
@@ -87,11 +96,7 @@ def test_the_bug_report_is_kept_where_the_node_has_the_script(fleet, tmp_path):
 
 
 def test_without_the_script_the_fallback_set_is_kept(fleet, tmp_path):
-    n = node(fleet, "gpu02")
-    try:
-        cap = capture.collect(n, "reboot", tmp_path / "c", capture.Limits(120, 8 << 20))
-    finally:
-        n.close()
+    cap = collected(fleet, "gpu02", "reboot", tmp_path / "c", capture.Limits(120, 8 << 20))
     d = tmp_path / "c"
     assert cap.source == "fallback" and cap.outcome == "complete", cap
     assert cap.why == "not on the node: nvidia-bug-report.sh, mlxlink"  # no MFT: the ports' state from sysfs
@@ -109,11 +114,7 @@ def test_without_the_script_the_fallback_set_is_kept(fleet, tmp_path):
 
 
 def test_the_size_limit_cuts_and_says_so(fleet, tmp_path):
-    n = node(fleet, "gpu02")
-    try:
-        cap = capture.collect(n, "reset", tmp_path / "c", capture.Limits(120, 3000))
-    finally:
-        n.close()
+    cap = collected(fleet, "gpu02", "reset", tmp_path / "c", capture.Limits(120, 3000))
     assert cap.bytes == 3000 and cap.outcome == "partial" and "cut at the size limit" in cap.why
     assert [p.name for p in cap.parts if p.truncated] == ["kernel-log.txt"]
 
@@ -122,12 +123,8 @@ def test_a_hung_report_is_cut_at_the_limit_and_what_it_wrote_is_looked_for(fleet
     """At the shortest limit a site may set (20 s, of which each command keeps 15 s for the
     transport's kill grace): the report still runs (once it did not, by a rounding), is killed,
     and the read-back and the clean-up still fit."""
-    n = node(fleet, "gpu03")
     started = time.monotonic()
-    try:
-        cap = capture.collect(n, "reset", tmp_path / "c", capture.Limits(20, 1 << 20))
-    finally:
-        n.close()
+    cap = collected(fleet, "gpu03", "reset", tmp_path / "c", capture.Limits(20, 1 << 20))
     took = time.monotonic() - started
     assert took <= 20 and cap.seconds <= 20, (took, cap)
     assert cap.outcome == "timed-out" and cap.parts[0].timed_out and "nvidia-bug-report.sh" in cap.why
@@ -142,8 +139,7 @@ def test_a_transport_that_hangs_past_the_limit_is_cut_by_the_watchdog(fleet, tmp
     """The SSH handshake itself hangs (the node's SYN stalls on its port) under a connect timeout
     longer than the capture's limit (a machine so loaded that paramiko's own waits ran long once
     made a 20 s capture take 68 s): the capture returns at its limit, timed out, saying where."""
-    slow = SshNode(Host("gpu02"), SshOptions(ssh_config=fleet.ssh_config, known_hosts=fleet.known_hosts,
-                                              identity=fleet.identity, connect_timeout_s=120))
+    slow = node(fleet, "gpu02", connect_timeout_s=120)
     with controller_ssh_stalled(fleet, "gpu02"):
         started = time.monotonic()
         cap = capture.collect(slow, "reset", tmp_path / "c", capture.Limits(20, 1 << 20))
@@ -155,11 +151,7 @@ def test_a_transport_that_hangs_past_the_limit_is_cut_by_the_watchdog(fleet, tmp
 
 
 def test_a_node_that_cannot_be_reached_is_a_failed_capture_not_an_error(fleet, tmp_path):
-    n = node(fleet, "gpu04")
-    try:
-        cap = capture.collect(n, "reset", tmp_path / "c", capture.Limits(40, 1 << 20))
-    finally:
-        n.close()
+    cap = collected(fleet, "gpu04", "reset", tmp_path / "c", capture.Limits(40, 1 << 20))
     assert cap.outcome == "failed" and "connection refused" in cap.why, cap
     assert cap.bytes == 0
 
